@@ -1,0 +1,37 @@
+# Two entry points, each sets up a fresh machine by itself:
+#   make book   build and execute the book into _build/html
+#   make test   run the whole test suite (it executes every chapter)
+PYTHON ?= python3
+VENV   ?= .venv
+PY      = $(VENV)/bin/python
+STAMP   = $(VENV)/.installed
+
+# One BLAS thread per process: the machine has two cores and Dask workers
+# are processes of their own.
+export OMP_NUM_THREADS = 1
+export OPENBLAS_NUM_THREADS = 1
+export MKL_NUM_THREADS = 1
+export PYDEVD_DISABLE_FILE_VALIDATION = 1
+
+.PHONY: book test bench install clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[dask,book,test]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+book: $(STAMP)
+	rm -rf _build/html _build/.doctrees
+	$(VENV)/bin/jupyter-book build . -W -n --keep-going
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+bench: $(STAMP)
+	$(PY) -m benchmarks
+
+clean:
+	rm -rf _build $(VENV)

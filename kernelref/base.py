@@ -1,0 +1,92 @@
+"""Estimator conventions, scikit-learn's without depending on it.
+
+Constructor arguments are stored unchanged; ``fit`` validates them, learns
+attributes whose names end in ``_`` and returns ``self``. ``get_params`` and
+``set_params`` read the constructor signature, so ``sklearn.base.clone``,
+``GridSearchCV`` and ``Pipeline`` work, including nested names such as
+``kernel__gamma``.
+"""
+
+import inspect
+
+import numpy as np
+
+
+class ParamsMixin:
+    """``get_params``/``set_params`` read off the ``__init__`` signature."""
+
+    @classmethod
+    def _param_names(cls):
+        signature = inspect.signature(cls.__init__)
+        return sorted(
+            p.name
+            for p in signature.parameters.values()
+            if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        )
+
+    def get_params(self, deep=True):
+        params = {}
+        for name in self._param_names():
+            value = getattr(self, name)
+            params[name] = value
+            if deep and hasattr(value, "get_params") and not isinstance(value, type):
+                for sub, subvalue in value.get_params(deep=True).items():
+                    params[f"{name}__{sub}"] = subvalue
+        return params
+
+    def set_params(self, **params):
+        valid = self._param_names()
+        nested = {}
+        for key, value in params.items():
+            name, _, sub = key.partition("__")
+            if name not in valid:
+                raise ValueError(
+                    f"{key!r} is not a parameter of {type(self).__name__}; "
+                    f"valid parameters are {valid}."
+                )
+            if sub:
+                nested.setdefault(name, {})[sub] = value
+            else:
+                setattr(self, name, value)
+        for name, subparams in nested.items():
+            getattr(self, name).set_params(**subparams)
+        return self
+
+    def __repr__(self):
+        args = ", ".join(
+            f"{name}={getattr(self, name)!r}" for name in self._param_names()
+        )
+        return f"{type(self).__name__}({args})"
+
+
+class BaseEstimator(ParamsMixin):
+    """Base of every estimator in kernelref."""
+
+    _estimator_type = None
+
+    def __sklearn_tags__(self):
+        # Only scikit-learn calls this, so importing it here adds no dependency.
+        from sklearn.utils import ClassifierTags, RegressorTags, Tags, TargetTags
+
+        tags = Tags(
+            estimator_type=self._estimator_type,
+            target_tags=TargetTags(required=self._estimator_type is not None),
+        )
+        if self._estimator_type == "regressor":
+            tags.regressor_tags = RegressorTags()
+        elif self._estimator_type == "classifier":
+            tags.classifier_tags = ClassifierTags()
+        tags.input_tags.pairwise = getattr(self, "kernel", None) == "precomputed"
+        return tags
+
+
+class RegressorMixin:
+    """``score`` is the coefficient of determination R², as in scikit-learn."""
+
+    _estimator_type = "regressor"
+
+    def score(self, X, y):
+        t = np.asarray(y, dtype=np.float64)
+        residual = ((t - self.predict(X)) ** 2).sum(axis=0)
+        total = ((t - t.mean(axis=0)) ** 2).sum(axis=0)
+        return float(np.mean(1.0 - residual / total))

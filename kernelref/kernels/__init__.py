@@ -1,0 +1,64 @@
+"""Kernel functions, their construction rules and Mercer's check.
+
+``make_kernel`` turns the estimators' ``kernel=`` strings into kernel objects.
+"""
+
+import numpy as np
+
+from kernelref.kernels.base import Kernel, squared_distances
+from kernelref.kernels.compose import (
+    Constant, Exp, Mapped, PolynomialOf, Product, Scaled, Sum, Warped)
+from kernelref.kernels.mercer import MercerReport, mercer_check
+from kernelref.kernels.vector import (
+    ARD, RBF, Bilinear, ExponentialQuadratic, Laplacian, Linear, Polynomial, Sigmoid)
+
+__all__ = [
+    "ARD", "RBF", "Bilinear", "Constant", "Exp", "ExponentialQuadratic", "Kernel",
+    "Laplacian", "Linear", "Mapped", "MercerReport", "Polynomial", "PolynomialOf",
+    "Product", "Scaled", "Sigmoid", "Sum", "Warped", "make_kernel", "mercer_check",
+    "squared_distances",
+]
+
+KERNEL_NAMES = ("linear", "poly", "rbf", "laplacian", "sigmoid", "precomputed")
+
+
+def resolve_gamma(gamma, X):
+    """γ as scikit-learn reads it: ``None`` → 1/D, ``"scale"`` → 1/(D·Var X)."""
+    n_features = X.shape[1]
+    if gamma is None:
+        return 1.0 / n_features
+    if isinstance(gamma, str):
+        if gamma == "scale":
+            variance = float(X.var())
+            return 1.0 / (n_features * variance) if variance > 0 else 1.0
+        if gamma == "auto":
+            return 1.0 / n_features
+        raise ValueError(f"gamma must be a positive number, None, 'scale' or 'auto'; got {gamma!r}.")
+    if not np.isfinite(gamma) or gamma <= 0:
+        raise ValueError(f"gamma must be a finite number > 0; got {gamma!r}.")
+    return float(gamma)
+
+
+def make_kernel(kernel, X, gamma=None, degree=3, coef0=1.0):
+    """The kernel object an estimator uses: `kernel` itself if it is one, else
+    the named kernel with ``gamma``, ``degree`` and ``coef0`` read for data `X`.
+
+    Returns the string ``"precomputed"`` unchanged.
+    """
+    if isinstance(kernel, Kernel):
+        return kernel
+    if not isinstance(kernel, str) or kernel not in KERNEL_NAMES + ("polynomial",):
+        raise ValueError(
+            f"kernel must be one of {KERNEL_NAMES} or a kernelref.kernels.Kernel; got {kernel!r}.")
+    if kernel == "precomputed":
+        return kernel
+    if kernel == "linear":
+        return Linear()
+    g = resolve_gamma(gamma, X)
+    if kernel in ("poly", "polynomial"):
+        return Polynomial(degree=degree, gamma=g, coef0=coef0)
+    if kernel == "rbf":
+        return RBF(gamma=g)
+    if kernel == "laplacian":
+        return Laplacian(gamma=g)
+    return Sigmoid(gamma=g, coef0=coef0)

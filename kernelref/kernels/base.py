@@ -1,0 +1,205 @@
+"""The kernel contract: ``k(X, Y=None)``, ``k.diag(X)``, named hyperparameters
+and gradients of the Gram matrix with respect to their logarithms.
+
+A hyperparameter is a positive constructor argument that a model may learn
+(``gamma`` of the Gaussian kernel, say). Models optimise its logarithm, so the
+gradients returned here are ``∂K/∂log θ = θ ∂K/∂θ`` (label ``kernel-log-grad``
+in the book). Each hyperparameter ``name`` has bounds ``name_bounds`` — a pair
+of positive numbers or ``"fixed"`` — as in scikit-learn.
+"""
+
+import abc
+import copy
+import numbers
+
+import numpy as np
+
+from kernelref.base import ParamsMixin
+
+DEFAULT_BOUNDS = (1e-5, 1e5)
+
+
+class Kernel(ParamsMixin, abc.ABC):
+    """Base class. Subclasses set ``hyperparameter_names`` and implement
+    ``__call__``, ``diag`` and ``_gradient_terms``."""
+
+    #: names of the positive, learnable constructor arguments
+    hyperparameter_names = ()
+
+    @abc.abstractmethod
+    def __call__(self, X, Y=None):
+        """The Gram matrix K_nm = k(x_n, y_m); ``Y=None`` means ``Y = X``."""
+
+    @abc.abstractmethod
+    def diag(self, X):
+        """The diagonal k(x_n, x_n) of the Gram matrix, without forming it."""
+
+    # -- hyperparameters on the log scale -----------------------------------------
+    def _children(self):
+        """Sub-kernels of a composite, as ``(parameter name, kernel)``."""
+        return []
+
+    def _bounds_of(self, name):
+        return getattr(self, f"{name}_bounds", DEFAULT_BOUNDS)
+
+    def _own(self):
+        return [(name, int(np.size(getattr(self, name))))
+                for name in self.hyperparameter_names
+                if not (isinstance(self._bounds_of(name), str) and self._bounds_of(name) == "fixed")]
+
+    @property
+    def hyperparameters(self):
+        """Free hyperparameters as ``(name, size)``; nested names joined by ``__``."""
+        out = list(self._own())
+        for prefix, child in self._children():
+            out += [(f"{prefix}__{name}", size) for name, size in child.hyperparameters]
+        return out
+
+    @property
+    def theta(self):
+        """Logarithms of the free hyperparameters, flattened (own first, then children)."""
+        parts = [np.log(np.ravel(getattr(self, name)).astype(float)) for name, _ in self._own()]
+        parts += [child.theta for _, child in self._children()]
+        return np.concatenate(parts) if parts else np.empty(0)
+
+    @theta.setter
+    def theta(self, theta):
+        theta = np.asarray(theta, dtype=float)
+        if theta.shape != (len(self.theta),):
+            raise ValueError(f"theta must have shape ({len(self.theta)},); got {theta.shape}.")
+        start = 0
+        for name, size in self._own():
+            value = np.exp(theta[start:start + size])
+            setattr(self, name, value if np.ndim(getattr(self, name)) else float(value[0]))
+            start += size
+        for _, child in self._children():
+            size = len(child.theta)
+            child.theta = theta[start:start + size]
+            start += size
+
+    @property
+    def bounds(self):
+        """Log-bounds of the free hyperparameters, shape (len(theta), 2)."""
+        rows = []
+        for name, size in self._own():
+            low, high = self._bounds_of(name)
+            if not 0 < low <= high:
+                raise ValueError(
+                    f"{name}_bounds must be (low, high) with 0 < low <= high or 'fixed'; "
+                    f"got {(low, high)}.")
+            rows += [(np.log(low), np.log(high))] * size
+        parts = [np.array(rows).reshape(-1, 2)] + [c.bounds for _, c in self._children()]
+        return np.concatenate(parts)
+
+    def clone_with_theta(self, theta):
+        """A deep copy of this kernel with hyperparameters ``exp(theta)``."""
+        new = copy.deepcopy(self)
+        new.theta = theta
+        return new
+
+    # -- gradients ----------------------------------------------------------------
+    def _gradient_terms(self, X):
+        """Yield ∂K/∂log θ_j, one (n, n) matrix per entry of ``theta``."""
+        return iter(())
+
+    def gradient(self, X):
+        """All log-hyperparameter gradients, shape (len(theta), n, n)."""
+        X = np.asarray(X, dtype=float)
+        terms = list(self._gradient_terms(X))
+        return np.array(terms) if terms else np.empty((0, len(X), len(X)))
+
+    def gradient_dot(self, X, W):
+        """The contractions Σ_ab W_ab ∂K_ab/∂log θ_j for every j.
+
+        Models need only these (the GP evidence gradient is ½ tr(W ∂K)), so
+        subclasses may override with an O(n²)-memory form; this default makes
+        one gradient matrix at a time.
+        """
+        X = np.asarray(X, dtype=float)
+        return np.array([np.vdot(W, G) for G in self._gradient_terms(X)])
+
+    # -- composition (book: kernel construction rules) ------------------------------
+    def __add__(self, other):
+        from kernelref.kernels.compose import Constant, Sum
+        if isinstance(other, numbers.Real):
+            other = Constant(other)
+        return Sum(self, other)
+
+    __radd__ = __add__
+
+    def __mul__(self, other):
+        from kernelref.kernels.compose import Product, Scaled
+        if isinstance(other, numbers.Real):
+            return Scaled(other, self)
+        return Product(self, other)
+
+    __rmul__ = __mul__
+
+    def __eq__(self, other):
+        return type(self) is type(other) and _params_equal(
+            self.get_params(deep=False), other.get_params(deep=False))
+
+    def __hash__(self):
+        return hash(repr(self))
+
+    def spec(self):
+        """A JSON-serialisable description: class name and parameters, nested."""
+        params = {}
+        for name, value in self.get_params(deep=False).items():
+            if isinstance(value, Kernel):
+                params[name] = value.spec()
+            elif callable(value):
+                params[name] = f"{value.__module__}.{getattr(value, '__qualname__', repr(value))}"
+            elif isinstance(value, (np.ndarray, list, tuple)):
+                params[name] = np.asarray(value).tolist()
+            else:
+                params[name] = value
+        return {"class": type(self).__name__, "params": params}
+
+
+def _params_equal(a, b):
+    if a.keys() != b.keys():
+        return False
+    for key in a:
+        x, y = a[key], b[key]
+        if isinstance(x, Kernel) or isinstance(y, Kernel):
+            if x != y:
+                return False
+        elif isinstance(x, str) or isinstance(y, str):
+            if x != y:
+                return False
+        elif callable(x) or callable(y):
+            if x is not y:
+                return False
+        elif not np.array_equal(np.asarray(x), np.asarray(y)):
+            return False
+    return True
+
+
+def as_2d(X, name="X"):
+    """X as a float64 2-D array; kernels accept a 1-D array as one feature."""
+    A = np.asarray(X, dtype=np.float64)
+    if A.ndim == 1:
+        A = A[:, None]
+    if A.ndim != 2:
+        raise ValueError(f"{name} must be 2-D (n_samples, n_features); got shape {A.shape}.")
+    return A
+
+
+def squared_distances(X, Y=None):
+    """‖x_n − y_m‖² for all pairs, as ‖x‖² + ‖y‖² − 2xᵀy clipped at zero.
+
+    Writes in place to keep one (n, m) temporary; the diagonal is exactly zero
+    when ``Y`` is ``None``.
+    """
+    X = as_2d(X)
+    same = Y is None
+    Y = X if same else as_2d(Y, "Y")
+    D = X @ Y.T
+    D *= -2.0
+    D += np.einsum("ij,ij->i", X, X)[:, None]
+    D += np.einsum("ij,ij->i", Y, Y)[None, :]
+    np.maximum(D, 0.0, out=D)
+    if same:
+        np.fill_diagonal(D, 0.0)
+    return D

@@ -1,0 +1,283 @@
+"""Kernels on vectors: linear, polynomial, Gaussian, exponential (Laplacian),
+sigmoid, ARD Gaussian and the four-parameter kernel of the GP slides.
+
+Each class states its formula with the book's equation label; ``_gradient_terms``
+gives ∂K/∂log θ for the hyperparameters listed in ``hyperparameter_names``.
+"""
+
+import numpy as np
+
+from kernelref.kernels.base import DEFAULT_BOUNDS, Kernel, as_2d, squared_distances
+
+
+def _inner(X, Y=None):
+    X = as_2d(X)
+    return X @ (X if Y is None else as_2d(Y, "Y")).T
+
+
+def _row_norms_sq(X):
+    X = as_2d(X)
+    return np.einsum("ij,ij->i", X, X)
+
+
+class Linear(Kernel):
+    """k(x, x′) = xᵀx′ (label ``kernel-linear``)."""
+
+    def __init__(self):
+        pass
+
+    def __call__(self, X, Y=None):
+        return _inner(X, Y)
+
+    def diag(self, X):
+        return _row_norms_sq(X)
+
+
+class Polynomial(Kernel):
+    """k(x, x′) = (γ xᵀx′ + c)^d (label ``kernel-polynomial``); c = coef0 ≥ 0.
+
+    Hyperparameters: ``gamma`` and, when it is positive, ``coef0``.
+    """
+
+    def __init__(self, degree=3, gamma=1.0, coef0=1.0,
+                 gamma_bounds=DEFAULT_BOUNDS, coef0_bounds=DEFAULT_BOUNDS):
+        self.degree = degree
+        self.gamma = gamma
+        self.coef0 = coef0
+        self.gamma_bounds = gamma_bounds
+        self.coef0_bounds = coef0_bounds
+
+    @property
+    def hyperparameter_names(self):
+        return ("gamma", "coef0") if self.coef0 > 0 else ("gamma",)
+
+    def __call__(self, X, Y=None):
+        K = _inner(X, Y)
+        K *= self.gamma
+        K += self.coef0
+        return K ** self.degree
+
+    def diag(self, X):
+        return (self.gamma * _row_norms_sq(X) + self.coef0) ** self.degree
+
+    def _gradient_terms(self, X):
+        G = _inner(X)
+        base = self.gamma * G + self.coef0
+        slope = self.degree * base ** (self.degree - 1)
+        for name, _ in self.hyperparameters:
+            yield slope * (self.gamma * G if name == "gamma" else self.coef0)
+
+
+class RBF(Kernel):
+    """Gaussian kernel k(x, x′) = exp(−γ‖x − x′‖²) (label ``kernel-gaussian``).
+
+    γ = 1/(2σ²) in the σ form of the sources.
+    """
+
+    hyperparameter_names = ("gamma",)
+
+    def __init__(self, gamma=1.0, gamma_bounds=DEFAULT_BOUNDS):
+        self.gamma = gamma
+        self.gamma_bounds = gamma_bounds
+
+    def log_kernel(self, X, Y=None):
+        """log k(x, x′) = −γ‖x − x′‖², for normalising weights stably."""
+        return -self.gamma * squared_distances(X, Y)
+
+    def __call__(self, X, Y=None):
+        K = squared_distances(X, Y)
+        K *= -self.gamma
+        return np.exp(K, out=K)
+
+    def diag(self, X):
+        return np.ones(len(as_2d(X)))
+
+    def _gradient_terms(self, X):
+        if self.hyperparameters:
+            D2 = squared_distances(X)
+            yield -self.gamma * D2 * np.exp(-self.gamma * D2)
+
+
+class Laplacian(Kernel):
+    """Exponential kernel k(x, x′) = exp(−γ‖x − x′‖) (label ``kernel-exponential``).
+
+    The norm is Euclidean, as in the sources. scikit-learn's ``laplacian_kernel``
+    uses the L1 norm instead; ``norm="l1"`` gives that one (it is a product of
+    one-dimensional exponential kernels, so it is positive definite too).
+    """
+
+    hyperparameter_names = ("gamma",)
+
+    def __init__(self, gamma=1.0, norm="l2", gamma_bounds=DEFAULT_BOUNDS):
+        self.gamma = gamma
+        self.norm = norm
+        self.gamma_bounds = gamma_bounds
+
+    def _distances(self, X, Y=None):
+        if self.norm == "l2":
+            return np.sqrt(squared_distances(X, Y))
+        if self.norm == "l1":
+            X = as_2d(X)
+            Y = X if Y is None else as_2d(Y, "Y")
+            return np.abs(X[:, None, :] - Y[None, :, :]).sum(axis=2)
+        raise ValueError(f"norm must be 'l2' or 'l1'; got {self.norm!r}.")
+
+    def log_kernel(self, X, Y=None):
+        """log k(x, x′) = −γ‖x − x′‖."""
+        return -self.gamma * self._distances(X, Y)
+
+    def __call__(self, X, Y=None):
+        return np.exp(self.log_kernel(X, Y))
+
+    def diag(self, X):
+        return np.ones(len(as_2d(X)))
+
+    def _gradient_terms(self, X):
+        if self.hyperparameters:
+            log_K = self.log_kernel(X)
+            yield log_K * np.exp(log_K)
+
+
+class Sigmoid(Kernel):
+    """k(x, x′) = tanh(γ xᵀx′ + c) (label ``kernel-sigmoid``).
+
+    Not positive semi-definite for every γ and c: see ``mercer_check``. ``coef0``
+    may be negative, so only ``gamma`` is a (log-scale) hyperparameter.
+    """
+
+    hyperparameter_names = ("gamma",)
+
+    def __init__(self, gamma=1.0, coef0=0.0, gamma_bounds=DEFAULT_BOUNDS):
+        self.gamma = gamma
+        self.coef0 = coef0
+        self.gamma_bounds = gamma_bounds
+
+    def __call__(self, X, Y=None):
+        K = _inner(X, Y)
+        K *= self.gamma
+        K += self.coef0
+        return np.tanh(K, out=K)
+
+    def diag(self, X):
+        return np.tanh(self.gamma * _row_norms_sq(X) + self.coef0)
+
+    def _gradient_terms(self, X):
+        if self.hyperparameters:
+            G = _inner(X)
+            yield (1.0 - np.tanh(self.gamma * G + self.coef0) ** 2) * self.gamma * G
+
+
+class ARD(Kernel):
+    """ARD Gaussian k(x, x′) = exp(−Σ_d γ_d (x_d − x′_d)²) (label ``kernel-ard``).
+
+    One γ_d per input dimension; a γ_d driven to zero switches input d off.
+    """
+
+    hyperparameter_names = ("gamma",)
+
+    def __init__(self, gamma=1.0, gamma_bounds=DEFAULT_BOUNDS):
+        self.gamma = gamma
+        self.gamma_bounds = gamma_bounds
+
+    def _scaled(self, X):
+        X = as_2d(X)
+        gamma = np.broadcast_to(np.asarray(self.gamma, dtype=float), (X.shape[1],))
+        return X * np.sqrt(gamma)
+
+    def log_kernel(self, X, Y=None):
+        """log k(x, x′) = −Σ_d γ_d (x_d − x′_d)²."""
+        return -squared_distances(self._scaled(X), None if Y is None else self._scaled(Y))
+
+    def __call__(self, X, Y=None):
+        return np.exp(self.log_kernel(X, Y))
+
+    def diag(self, X):
+        return np.ones(len(as_2d(X)))
+
+    def _gradient_terms(self, X):
+        if not self.hyperparameters:
+            return
+        X = as_2d(X)
+        K = self(X)
+        if np.ndim(self.gamma) == 0:
+            yield self.log_kernel(X) * K
+            return
+        for d, gamma_d in enumerate(np.asarray(self.gamma, dtype=float)):
+            yield -gamma_d * squared_distances(X[:, d:d + 1]) * K
+
+    def gradient_dot(self, X, W):
+        """Σ_ab W_ab ∂K_ab/∂log γ_d for all d in O(n²) memory (label ``kernel-ard-grad``).
+
+        With M = W ∘ K, Σ_ab M_ab (x_ad − x_bd)² = x_d²·(M1 + Mᵀ1) − 2 x_dᵀ M x_d,
+        so no (n, n, D) array is formed.
+        """
+        if not self.hyperparameters:
+            return np.empty(0)
+        X = as_2d(X)
+        M = W * self(X)
+        X2 = X ** 2
+        quad = X2.T @ M.sum(axis=1) + X2.T @ M.sum(axis=0) - 2.0 * np.einsum("ad,ad->d", M @ X, X)
+        gamma = np.broadcast_to(np.asarray(self.gamma, dtype=float), (X.shape[1],))
+        if np.ndim(self.gamma):
+            return -gamma * quad
+        return np.array([-(gamma * quad).sum()])
+
+
+class ExponentialQuadratic(Kernel):
+    """The four-parameter kernel of the GP slides (label ``kernel-theta``):
+
+    k(x, x′) = θ₀ exp(−θ₁/2 ‖x − x′‖²) + θ₂ + θ₃ xᵀx′.
+
+    θ₂ and θ₃ may be zero; a zero parameter is held fixed.
+    """
+
+    def __init__(self, theta0=1.0, theta1=1.0, theta2=0.0, theta3=0.0,
+                 theta0_bounds=DEFAULT_BOUNDS, theta1_bounds=DEFAULT_BOUNDS,
+                 theta2_bounds=DEFAULT_BOUNDS, theta3_bounds=DEFAULT_BOUNDS):
+        self.theta0, self.theta1, self.theta2, self.theta3 = theta0, theta1, theta2, theta3
+        self.theta0_bounds, self.theta1_bounds = theta0_bounds, theta1_bounds
+        self.theta2_bounds, self.theta3_bounds = theta2_bounds, theta3_bounds
+
+    @property
+    def hyperparameter_names(self):
+        names = ("theta0", "theta1", "theta2", "theta3")
+        return tuple(n for n in names if getattr(self, n) > 0)
+
+    def __call__(self, X, Y=None):
+        K = self.theta0 * np.exp(-0.5 * self.theta1 * squared_distances(X, Y))
+        K += self.theta2
+        if self.theta3:
+            K += self.theta3 * _inner(X, Y)
+        return K
+
+    def diag(self, X):
+        return self.theta0 + self.theta2 + self.theta3 * _row_norms_sq(X)
+
+    def _gradient_terms(self, X):
+        D2 = squared_distances(X)
+        E = np.exp(-0.5 * self.theta1 * D2)
+        terms = {
+            "theta0": lambda: self.theta0 * E,
+            "theta1": lambda: -0.5 * self.theta1 * D2 * self.theta0 * E,
+            "theta2": lambda: np.full_like(D2, self.theta2),
+            "theta3": lambda: self.theta3 * _inner(X),
+        }
+        for name, _ in self.hyperparameters:
+            yield terms[name]()
+
+
+class Bilinear(Kernel):
+    """k(x, x′) = xᵀAx′ (label ``kernel-bilinear``): a valid kernel when A is
+    symmetric positive semi-definite."""
+
+    def __init__(self, A):
+        self.A = A
+
+    def __call__(self, X, Y=None):
+        X = as_2d(X)
+        Y = X if Y is None else as_2d(Y, "Y")
+        return X @ np.asarray(self.A, dtype=float) @ Y.T
+
+    def diag(self, X):
+        X = as_2d(X)
+        return np.einsum("ij,jk,ik->i", X, np.asarray(self.A, dtype=float), X)
