@@ -27,22 +27,22 @@ def dual_objective(a, K, t, lam):
     return 0.5 * Ka @ Ka - Ka @ t + 0.5 * t @ t + 0.5 * lam * a @ Ka
 
 
-def dual_coefficients(K, t, lam):
+def dual_coefficients(K, t, lam, overwrite_K=False):
     """a = (K + λI)⁻¹ t by Cholesky (label ``ridge-dual-solution``).
 
     If the kernel is not positive semi-definite on the data (the sigmoid kernel,
     say), K + λI may be indefinite; the system is then solved by a symmetric
-    indefinite (LDLᵀ) factorisation, which is exact but slower.
+    indefinite (LDLᵀ) factorisation, which is exact but slower. With
+    ``overwrite_K`` the N×N matrix is factorised in place, saving a copy.
     """
-    A = np.array(K, dtype=float, copy=True)
+    A = np.asarray(K, dtype=float) if overwrite_K else np.array(K, dtype=float)
     A.flat[:: len(A) + 1] += lam
     try:
-        return cho_solve(cho_factor(A, lower=True, overwrite_a=True, check_finite=False), t,
-                         check_finite=False)
+        factor = cho_factor(A, lower=True, overwrite_a=True, check_finite=False)
     except LinAlgError:
-        A = np.array(K, dtype=float, copy=True)
-        A.flat[:: len(A) + 1] += lam
-        return solve(A, t, assume_a="sym")
+        # potrf wrote only the lower triangle; the upper one still holds K + λI.
+        return solve(A, t, assume_a="sym", lower=False, check_finite=False)
+    return cho_solve(factor, t, check_finite=False)
 
 
 def primal_weights(Phi, t, lam):
@@ -97,7 +97,7 @@ class KernelRidge(RegressorMixin, BaseEstimator):
     def fit(self, X, y):
         lam, X, t, self.kernel_ = self._validate(X, y)
         K = X if isinstance(self.kernel_, str) else self.kernel_(X)
-        self.dual_coef_ = dual_coefficients(K, t, lam)
+        self.dual_coef_ = dual_coefficients(K, t, lam, overwrite_K=K is not X)
         self.X_fit_ = X
         self.n_features_in_ = X.shape[1]
         return self
