@@ -53,10 +53,25 @@ class ParamsMixin:
         return self
 
     def __repr__(self):
-        args = ", ".join(
-            f"{name}={getattr(self, name)!r}" for name in self._param_names()
-        )
-        return f"{type(self).__name__}({args})"
+        # Like scikit-learn, show only the arguments that differ from their defaults.
+        defaults = {
+            p.name: p.default for p in inspect.signature(type(self).__init__).parameters.values()}
+        shown = []
+        for name in (n for n in defaults if n in self._param_names()):
+            value = getattr(self, name)
+            default = defaults.get(name, inspect.Parameter.empty)
+            if default is inspect.Parameter.empty or not _same(value, default):
+                shown.append(f"{name}={value!r}")
+        return f"{type(self).__name__}({', '.join(shown)})"
+
+
+def _same(value, default):
+    if isinstance(value, np.ndarray) or isinstance(default, np.ndarray):
+        return False
+    try:
+        return bool(value == default) and type(value) is type(default)
+    except (TypeError, ValueError):
+        return False
 
 
 class BaseEstimator(ParamsMixin):
