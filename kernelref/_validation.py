@@ -107,3 +107,42 @@ def check_square_gram(K, name="K"):
             f"of shape (n_samples, n_samples); got shape {K.shape}."
         )
     return K
+
+
+def check_classification_targets(y, n_samples, name="y"):
+    """Return ``(classes, y_index)``: the sorted distinct labels of the 1-D `y`
+    and each sample's index into them. At least two classes are required."""
+    labels = np.asarray(y)
+    if labels.ndim == 2 and labels.shape[1] == 1:
+        raise ValueError(
+            f"{name} must be 1-D of shape (n_samples,); got shape {labels.shape}. "
+            "Pass y.ravel().")
+    if labels.ndim != 1:
+        raise ValueError(f"{name} must be 1-D of shape (n_samples,); got shape {labels.shape}.")
+    if labels.shape[0] != n_samples:
+        raise ValueError(
+            f"{name} has {labels.shape[0]} labels but X has {n_samples} samples; "
+            "give one label per row of X.")
+    if labels.dtype.kind in "fc":
+        _check_finite(labels, name)
+    classes, y_index = np.unique(labels, return_inverse=True)
+    if len(classes) < 2:
+        raise ValueError(
+            f"{name} has a single class ({classes[0]!r}); a classifier needs samples "
+            "of at least two classes.")
+    return classes, y_index
+
+
+def check_binary_labels(t, name="t"):
+    """Return `t` as float64 after checking every entry is 0 or 1."""
+    t = np.asarray(t, dtype=np.float64)
+    if t.ndim != 1:
+        raise ValueError(f"{name} must be 1-D of shape (n_samples,); got shape {t.shape}.")
+    _check_finite(t, name)
+    if not np.all((t == 0) | (t == 1)):
+        values = np.unique(t)[:5]
+        raise ValueError(
+            f"{name} must hold binary labels 0 and 1; got values {values.tolist()}. "
+            "Map the positive class to 1 and the other to 0, e.g. t = (y == positive)."
+        )
+    return t

@@ -105,3 +105,12 @@ class RegressorMixin:
         residual = ((t - self.predict(X)) ** 2).sum(axis=0)
         total = ((t - t.mean(axis=0)) ** 2).sum(axis=0)
         return float(np.mean(1.0 - residual / total))
+
+
+class ClassifierMixin:
+    """``score`` is the accuracy, the fraction of correctly predicted labels."""
+
+    _estimator_type = "classifier"
+
+    def score(self, X, y):
+        return float(np.mean(self.predict(X) == np.asarray(y)))

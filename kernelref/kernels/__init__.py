@@ -9,6 +9,7 @@ from kernelref.kernels.base import Kernel, squared_distances
 from kernelref.kernels.compose import (
     Constant, Exp, Mapped, PolynomialOf, Product, Scaled, Sum, Warped)
 from kernelref.kernels.mercer import MercerReport, mercer_check
+from kernelref.kernels.noise import White
 from kernelref.kernels.vector import (
     ARD, RBF, Bilinear, ExponentialQuadratic, Laplacian, Linear, Polynomial, Sigmoid)
 
@@ -17,6 +18,7 @@ __all__ = [
     "Laplacian", "Linear", "Mapped", "MercerReport", "Polynomial", "PolynomialOf",
     "Product", "Scaled", "Sigmoid", "Sum", "Warped", "make_kernel", "mercer_check",
     "squared_distances",
+    "White",
 ]
 
 KERNEL_NAMES = ("linear", "poly", "rbf", "laplacian", "sigmoid", "precomputed")
