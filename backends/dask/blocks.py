@@ -1,0 +1,80 @@
+"""Square blocks of a Gram matrix: their indices, and the task that computes
+one block on a worker and writes it to a Zarr store.
+
+Block (i, j) holds K[rows i, rows j] where block row i is the slice
+``[i·c, min((i+1)·c, n))`` for chunk edge c; the last block row and column are
+ragged when c does not divide n. A symmetric Gram matrix needs only the blocks
+with i ≥ j (label ``gram-lower-blocks``): block (i, j) for i < j is the
+transpose of block (j, i).
+"""
+
+import functools
+
+
+def n_blocks(n, chunk_size):
+    """⌈n / c⌉ block rows (and columns) for n samples in chunks of edge c."""
+    return -(-n // chunk_size)
+
+
+def block_slice(i, n, chunk_size):
+    """The rows of block i: ``[i·c, min((i+1)·c, n))``."""
+    return slice(i * chunk_size, min((i + 1) * chunk_size, n))
+
+
+def lower_blocks(n_block_rows):
+    """The (i, j) with i ≥ j, row by row: the blocks a symmetric store keeps."""
+    return [(i, j) for i in range(n_block_rows) for j in range(i + 1)]
+
+
+#: Kernel entries one task computes, about 60 ms of work: enough that the
+#: scheduler's few milliseconds per task stay small beside it.
+TASK_ENTRIES = 4 * 2**20
+
+#: At least this many tasks per worker thread, to balance the load at the end
+#: of a build and to lose little work when one is interrupted.
+TASKS_PER_THREAD = 4
+
+
+def batches(blocks, chunk_size, n_threads):
+    """Split `blocks` into consecutive lists, one per task.
+
+    Each list holds about ``TASK_ENTRIES`` entries of K, but there are at
+    least ``TASKS_PER_THREAD`` lists per thread while blocks last.
+    """
+    by_size = max(1, TASK_ENTRIES // chunk_size ** 2)
+    by_count = max(1, -(-len(blocks) // (TASKS_PER_THREAD * n_threads)))
+    size = min(by_size, by_count)
+    return [blocks[start:start + size] for start in range(0, len(blocks), size)]
+
+
+@functools.lru_cache(maxsize=8)
+def _open_gram_array(path, build_token):
+    """The store's array ``K`` opened for writing, once per worker and build.
+
+    Opening reads the array's metadata (a few ms, as long as a small block's
+    computation); the build token keys the cache so a store rebuilt at the
+    same path is opened afresh. Every block is written in full, so zarr need
+    not compare it to the fill value before writing.
+    """
+    import zarr
+
+    return zarr.open_array(store=f"{path}/K", mode="r+", config={"write_empty_chunks": True})
+
+
+def write_blocks(path, build_token, X, kernel, blocks, chunk_size):
+    """Worker task: compute each block (i, j) of k(X, X) in `blocks` and write
+    it to the store.
+
+    A block is zarr chunk (i, j) of the array ``K``, written whole and
+    atomically (a temporary file renamed into place), so a chunk that exists
+    is a finished block, even when the build was interrupted. Writing on the
+    worker keeps the blocks off the network. Returns the number of blocks.
+    """
+    n = len(X)
+    K_store = _open_gram_array(path, build_token)
+    for i, j in blocks:
+        rows, cols = block_slice(i, n, chunk_size), block_slice(j, n, chunk_size)
+        # A diagonal block is k(X_i) with Y omitted, as the reference computes
+        # the whole Gram matrix, so its diagonal is the kernel's own.
+        K_store[rows, cols] = kernel(X[rows]) if i == j else kernel(X[rows], X[cols])
+    return len(blocks)

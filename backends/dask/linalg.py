@@ -1,0 +1,164 @@
+"""A tiled Cholesky factorisation of K + λI stored in Zarr, and the dual ridge solve.
+
+The dual coefficients a = (K + λI)⁻¹ t (label ``ridge-dual-solution``) are
+found here for a Gram matrix K too large for one worker. K is read from a Zarr
+array in square tiles of side b (the last block row may be ragged; only tiles
+(i, j) with i ≥ j are read), and the Cholesky factor L of K + λI is written,
+tile by tile, to a second Zarr array with the same chunking. With T block rows
+and the tile equations
+
+    L_jj = chol(K_jj + λI − Σ_{p<j} L_jp L_jpᵀ)              (SYRK, then POTRF)
+    L_ij = (K_ij − Σ_{p<j} L_ip L_jpᵀ) L_jj⁻ᵀ,   i > j       (GEMM, then TRSM)
+
+every tile is one task on the cluster. A task reads its K tile and the factor
+tiles it needs from Zarr one at a time and writes its own factor tile, so a
+worker holds at most four tiles, whatever N is.
+
+Scheduling. All T(T+1)/2 tasks are submitted at once with their data
+dependencies, and the client waits once: the scheduler starts every tile whose
+inputs are written, so the tiles below a diagonal tile, and the accumulations of
+later columns, run in parallel on all workers with no round trip per step. The
+updates are accumulated by the tile that receives them (left-looking) rather
+than applied in place to the trailing matrix (right-looking): each factor tile
+is then written exactly once from final inputs, so a task that the scheduler
+reruns after losing a worker writes the same tile again instead of subtracting
+an update twice.
+
+The triangular solves L z = t and Lᵀ a = z are blocked the same way: one task
+per off-diagonal tile multiplies it with a solved block, one task per diagonal
+tile solves its block, and the whole substitution is one submission.
+"""
+
+import uuid
+
+import numpy as np
+import zarr
+from scipy.linalg import LinAlgError, cholesky, solve_triangular
+
+from backends.dask.blocks import block_slice, n_blocks
+
+__all__ = ["create_factor", "dual_coefficients", "tiled_cho_solve", "tiled_cholesky"]
+
+
+def _tile(A, i, j, b):
+    n = A.shape[0]
+    return np.asarray(A[block_slice(i, n, b), block_slice(j, n, b)], dtype=np.float64)
+
+
+def create_factor(path, n, chunk_size, compressors=None, overwrite=True):
+    """An empty (n, n) float64 Zarr array in (chunk_size, chunk_size) chunks for L.
+
+    Tiles above the diagonal are never written and read as zeros.
+    """
+    return zarr.create_array(
+        path, shape=(n, n), chunks=(chunk_size, chunk_size), dtype="float64",
+        fill_value=0.0, compressors=compressors, overwrite=overwrite)
+
+
+def _factor_tile(K, L, lam, i, j, b, *written):
+    """Compute and write the factor tile L_ij (the tile equations above).
+
+    ``written`` are the results of the tasks that wrote the factor tiles this
+    one reads; they carry no data and only order the tasks.
+    """
+    A = _tile(K, i, j, b)
+    for p in range(j):
+        L_ip = _tile(L, i, p, b)
+        A -= L_ip @ (L_ip if i == j else _tile(L, j, p, b)).T
+    if i == j:
+        A.flat[:: len(A) + 1] += lam
+        try:
+            tile = cholesky(A, lower=True, check_finite=False)
+        except LinAlgError:
+            raise LinAlgError(
+                f"K + lam*I is not positive definite: the Cholesky factorisation failed on "
+                f"diagonal tile {j} (rows {j * b} to {j * b + len(A) - 1}) with lam={lam!r}. "
+                "The kernel is not positive semi-definite on this data; use a larger lam, "
+                "a positive semi-definite kernel, or kernelref.ridge.KernelRidge, which "
+                "falls back to an LDL^T factorisation.") from None
+    else:
+        # L_ij L_jjᵀ = A, solved as L_jj L_ijᵀ = Aᵀ.
+        tile = solve_triangular(_tile(L, j, j, b), A.T, lower=True, check_finite=False).T
+    n = L.shape[0]
+    L[block_slice(i, n, b), block_slice(j, n, b)] = tile
+
+
+def tiled_cholesky(K, lam, L, client):
+    """Write the lower Cholesky factor of K + λI into ``L``, tile by tile, on the cluster.
+
+    ``K`` and ``L`` are Zarr arrays of the same shape and square chunking; only the
+    tiles on and below the diagonal of K are read. Raises ``LinAlgError`` naming the
+    failing tile if K + λI is not positive definite.
+    """
+    n, b = K.shape[0], K.chunks[0]
+    if L.shape != K.shape or tuple(L.chunks) != tuple(K.chunks):
+        raise ValueError(f"the factor array must have K's shape {K.shape} and chunks "
+                         f"{K.chunks}; got {L.shape} and {L.chunks}.")
+    T = n_blocks(n, b)
+    run = uuid.uuid4().hex[:8]
+    tasks = {}
+    for j in range(T):
+        for i in range(j, T):
+            needs = {tasks[i, p] for p in range(j)} | {tasks[j, p] for p in range(j)}
+            if i > j:
+                needs.add(tasks[j, j])
+            tasks[i, j] = client.submit(_factor_tile, K, L, lam, i, j, b, *needs,
+                                        key=f"cholesky-tile-{i}-{j}-{run}")
+    _wait_all(client, list(tasks.values()))
+    return L
+
+
+def _tile_times(L, i, j, b, x, transpose):
+    """L_ij x, or L_ijᵀ x when ``transpose``: one term of a block substitution."""
+    tile = _tile(L, i, j, b)
+    return (tile.T if transpose else tile) @ x
+
+
+def _diagonal_solve(L, i, b, rhs, transpose, *terms):
+    """Solve L_ii z_i = rhs − Σ terms (or L_iiᵀ z_i = ... when ``transpose``)."""
+    rhs = rhs - sum(terms) if terms else rhs
+    return solve_triangular(_tile(L, i, i, b), rhs, lower=True, trans=1 if transpose else 0,
+                            check_finite=False)
+
+
+def tiled_cho_solve(L, t, client):
+    """x = (LLᵀ)⁻¹ t by blocked forward and back substitution on the cluster.
+
+    Forward: z_i = L_ii⁻¹ (t_i − Σ_{j<i} L_ij z_j); back: x_i = L_ii⁻ᵀ (z_i − Σ_{j>i} L_jiᵀ x_j).
+    ``t`` is (n,) or (n, k); the result has the same shape.
+    """
+    n, b = L.shape[0], L.chunks[0]
+    t = np.asarray(t, dtype=np.float64)
+    if t.shape[0] != n:
+        raise ValueError(f"t has {t.shape[0]} rows but the factor is {n} x {n}.")
+    T = n_blocks(n, b)
+    z = [None] * T
+    for i in range(T):
+        terms = [client.submit(_tile_times, L, i, j, b, z[j], False, pure=False)
+                 for j in range(i)]
+        z[i] = client.submit(_diagonal_solve, L, i, b, t[block_slice(i, n, b)], False, *terms,
+                             pure=False)
+    x = [None] * T
+    for i in reversed(range(T)):
+        terms = [client.submit(_tile_times, L, j, i, b, x[j], True, pure=False)
+                 for j in range(i + 1, T)]
+        x[i] = client.submit(_diagonal_solve, L, i, b, z[i], True, *terms, pure=False)
+    return np.concatenate(_wait_all(client, x), axis=0)
+
+
+def dual_coefficients(K, t, lam, L, client):
+    """a = (K + λI)⁻¹ t through the tiled Cholesky factor (label ``ridge-dual-solution``).
+
+    The factor is written to the Zarr array ``L`` and can be reused for other t.
+    """
+    tiled_cholesky(K, lam, L, client)
+    return tiled_cho_solve(L, t, client)
+
+
+def _wait_all(client, futures):
+    """Gather ``futures``; on the first error cancel the rest so no work is left running."""
+    try:
+        return client.gather(futures)
+    except BaseException:
+        client.cancel(futures)
+        raise

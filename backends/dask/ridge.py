@@ -1,0 +1,216 @@
+"""Kernel ridge regression on a Dask cluster, for Gram matrices no worker can hold.
+
+``KernelRidge`` solves the reference's problem, a = (K + λI)⁻¹ t (label
+``ridge-dual-solution``), in one of two ways, and returns the reference's fitted
+state (``dual_coef_``, ``X_fit_``, ``kernel_``, ``n_features_in_``), so
+``predict``, ``score`` and the parameter handling are the reference's own:
+
+- ``solver="cholesky"``: the Gram matrix is written to a Zarr Gram store in
+  square chunks, factorised tile by tile into a second Zarr array (a
+  ``cholesky`` array inside the store) and solved by blocked substitution
+  (``backends.dask.linalg``). The store and its factor are reused by a later
+  fit on the same data, kernel and λ.
+- ``solver="cg"``: preconditioned conjugate gradients whose products with K are
+  computed from kernel blocks streamed on the workers; nothing of size N² is
+  stored (``backends.dask.cg``).
+
+X (N × D) must fit in the client's memory; the N × N Gram matrix need not fit
+in any worker's. ``kernel="precomputed"`` is refused: a precomputed Gram matrix
+is one the caller already holds in memory, which the reference solves directly.
+"""
+
+import numbers
+import os
+import pathlib
+import shutil
+import tempfile
+import weakref
+
+from backends.dask import cg as _cg
+from backends.dask.cluster import get_client
+from backends.dask.gram_store import COMPRESSORS, GramStore
+from backends.dask.linalg import create_factor, tiled_cho_solve, tiled_cholesky
+from kernelref._validation import check_positive
+from kernelref.ridge import KernelRidge as ReferenceKernelRidge
+
+__all__ = ["KernelRidge"]
+
+SOLVERS = ("cholesky", "cg")
+PRECONDITIONERS = ("pivoted_cholesky", "nystrom", None)
+
+
+def _check_positive_int(value, name, meaning):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be a positive integer; got {value!r}. {meaning}")
+    return int(value)
+
+
+def _check_choice(value, name, choices):
+    if not any(value is c or (isinstance(value, str) and value == c) for c in choices):
+        raise ValueError(f"{name} must be one of {choices}; got {value!r}.")
+    return value
+
+
+class KernelRidge(ReferenceKernelRidge):
+    """Kernel ridge regression solved on a Dask cluster.
+
+    Parameters
+    ----------
+    lam, kernel, gamma, degree, coef0
+        As in ``kernelref.ridge.KernelRidge``, except that ``kernel="precomputed"``
+        is refused.
+    store : path or None
+        Directory of the Gram store (``solver="cholesky"``). ``None`` means a
+        temporary directory, removed when the estimator is garbage-collected or
+        at exit. A store built for other data, another kernel or another
+        ``chunk_size`` is refused; one for the same is reused without recomputing.
+    chunk_size : int
+        Edge of the square Gram tiles, and the row-block size of the streamed
+        products (``solver="cg"``). A worker holds a few tiles of 8·chunk_size² bytes.
+    solver : "cholesky" or "cg"
+    preconditioner : "pivoted_cholesky", "nystrom" or None
+        Low-rank preconditioner of the conjugate gradients (``solver="cg"``).
+    rank : int
+        Rank r of the preconditioner (pivots, or Nyström landmarks).
+    tol : float
+        Stopping rule of the conjugate gradients, ‖t − (K + λI)a‖ ≤ tol·‖t‖; see
+        ``backends.dask.cg.DEFAULT_TOL`` for the default's accuracy.
+    max_iter : int
+        Iteration cap of the conjugate gradients; reaching it warns.
+    compressor : None or "lz4"
+        Compression of the Gram store's chunks.
+    address : str or None
+        Scheduler address; ``None`` uses the active client or an embedded cluster.
+    random_state : int
+        Seed of the Nyström landmarks.
+
+    Attributes
+    ----------
+    dual_coef_, X_fit_, kernel_, n_features_in_
+        As in the reference.
+    n_iter_ : int
+        Iterations of the conjugate gradients (``solver="cg"`` only).
+    store_ : str
+        The Gram store used (``solver="cholesky"`` only).
+    """
+
+    def __init__(self, lam=1.0, kernel="rbf", gamma=None, degree=3, coef0=1, store=None,
+                 chunk_size=1024, solver="cholesky", preconditioner="pivoted_cholesky",
+                 rank=100, tol=_cg.DEFAULT_TOL, max_iter=_cg.DEFAULT_MAX_ITER, compressor=None,
+                 address=None, random_state=0):
+        super().__init__(lam=lam, kernel=kernel, gamma=gamma, degree=degree, coef0=coef0)
+        self.store = store
+        self.chunk_size = chunk_size
+        self.solver = solver
+        self.preconditioner = preconditioner
+        self.rank = rank
+        self.tol = tol
+        self.max_iter = max_iter
+        self.compressor = compressor
+        self.address = address
+        self.random_state = random_state
+
+    def _validate_backend(self):
+        """Check the backend's own arguments, before any data is touched."""
+        if isinstance(self.kernel, str) and self.kernel == "precomputed":
+            raise ValueError(
+                "backends.dask.KernelRidge does not take kernel='precomputed': a precomputed "
+                "Gram matrix is already in memory, so solve it with kernelref.ridge.KernelRidge.")
+        _check_choice(self.solver, "solver", SOLVERS)
+        _check_choice(self.preconditioner, "preconditioner", PRECONDITIONERS)
+        _check_positive_int(self.chunk_size, "chunk_size", "It is the edge of the Gram tiles.")
+        _check_positive_int(self.rank, "rank", "It is the preconditioner's rank.")
+        _check_positive_int(self.max_iter, "max_iter", "It caps the CG iterations.")
+        tol = check_positive(self.tol, "tol", meaning="It is the relative residual of CG.")
+        if tol >= 1:
+            raise ValueError(f"tol must be < 1 (a relative residual); got {tol!r}.")
+        if self.store is not None and not isinstance(self.store, (str, os.PathLike)):
+            raise TypeError(f"store must be a directory path or None; got {self.store!r}.")
+        if self.compressor not in COMPRESSORS:
+            raise ValueError(f"compressor must be one of {COMPRESSORS}; got {self.compressor!r}.")
+        if self.address is not None and not isinstance(self.address, str):
+            raise TypeError(f"address must be a scheduler address string or None; "
+                            f"got {self.address!r}.")
+        seed = self.random_state
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+            raise TypeError(f"random_state must be an integer seed; got {self.random_state!r}.")
+
+    def fit(self, X, y):
+        """Solve a = (K + λI)⁻¹ t on the cluster (label ``ridge-dual-solution``)."""
+        self._validate_backend()
+        lam, X, t, kernel = self._validate(X, y)
+        client = get_client(self.address)
+        if self.solver == "cholesky":
+            a = self._fit_cholesky(X, t, lam, kernel, client)
+        else:
+            a = self._fit_cg(X, t, lam, kernel, client)
+        self.dual_coef_ = a
+        self.kernel_ = kernel
+        self.X_fit_ = X
+        self.n_features_in_ = X.shape[1]
+        return self
+
+    def _fit_cholesky(self, X, t, lam, kernel, client):
+        self.__dict__.pop("n_iter_", None)
+        path = self._store_path()
+        store = GramStore.build(path, X, kernel, chunk_size=self.chunk_size,
+                                compressor=self.compressor, client=client,
+                                overwrite=self.store is None)
+        self.store_ = str(store.path)
+        L = _reusable_factor(store, lam)
+        if L is None:
+            L = create_factor(str(store.path / "cholesky"), store.n, store.chunk_size)
+            tiled_cholesky(store.array, lam, L, client)
+            # Set last, so an interrupted factorisation is never taken for a finished one.
+            L.attrs.update({"lam": lam, "data": store.attrs["data"],
+                            "kernel": store.attrs["kernel"], "complete": True})
+        return tiled_cho_solve(L, t, client)
+
+    def _fit_cg(self, X, t, lam, kernel, client):
+        self.__dict__.pop("store_", None)
+        precondition = None
+        if self.preconditioner == "pivoted_cholesky":
+            precondition = _cg.WoodburyPreconditioner(
+                _cg.pivoted_cholesky(kernel, X, self.rank), lam)
+        elif self.preconditioner == "nystrom":
+            precondition = _cg.WoodburyPreconditioner(
+                _cg.nystrom_factor(kernel, X, self.rank, self.random_state), lam)
+        with _cg.StreamedGram(X, kernel, client, self.chunk_size) as K_times:
+            result = _cg.conjugate_gradients(K_times, t, lam, precondition, self.tol,
+                                             self.max_iter)
+        self.n_iter_ = result.n_iter
+        return result.a
+
+    def _store_path(self):
+        """The user's store, or this estimator's temporary directory (made once)."""
+        if self.store is not None:
+            return pathlib.Path(self.store)
+        if getattr(self, "_temporary", None) is None:
+            directory = tempfile.mkdtemp(prefix="kernelref-gram-")
+            self._temporary = directory
+            self._cleanup = weakref.finalize(self, shutil.rmtree, directory, ignore_errors=True)
+        return pathlib.Path(self._temporary) / "gram.zarr"
+
+    def __getstate__(self):
+        # The temporary store belongs to this object; a copy must neither own nor remove it.
+        state = dict(self.__dict__)
+        state.pop("_cleanup", None)
+        state.pop("_temporary", None)
+        return state
+
+
+def _reusable_factor(store, lam):
+    """The store's Cholesky factor if it was finished for this λ, data and kernel, else None."""
+    import zarr
+
+    path = store.path / "cholesky"
+    if not (path / "zarr.json").is_file():
+        return None
+    L = zarr.open_array(store=str(path), mode="r+")
+    attrs = L.attrs
+    same = (attrs.get("complete") is True and attrs.get("lam") == lam
+            and attrs.get("data") == store.attrs["data"]
+            and attrs.get("kernel") == store.attrs["kernel"]
+            and L.shape == store.array.shape and tuple(L.chunks) == tuple(store.array.chunks))
+    return L if same else None
+
