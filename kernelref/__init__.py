@@ -4,8 +4,12 @@ numpy and scipy only; each function names the book's equation labels it implemen
 """
 
 from kernelref import kernels
+from kernelref.gp import GaussianProcessClassifier, GaussianProcessRegressor
+from kernelref.kpca import KernelPCA
 from kernelref.nadaraya_watson import NadarayaWatson
 from kernelref.ridge import KernelRidge
+from kernelref.rvm import RVR
 
 __version__ = "0.1.0"
-__all__ = ["KernelRidge", "NadarayaWatson", "kernels"]
+__all__ = ["GaussianProcessClassifier", "GaussianProcessRegressor", "KernelPCA", "KernelRidge",
+           "NadarayaWatson", "RVR", "kernels"]

@@ -30,9 +30,12 @@ from scipy.optimize import minimize
 from kernelref._validation import (
     check_array, check_is_fitted, check_n_features, check_positive, check_targets)
 from kernelref.base import BaseEstimator, RegressorMixin
+# The classifier lives in its own module; it is re-exported so that both GP
+# estimators are found in kernelref.gp, as scikit-learn's are in sklearn.gaussian_process.
+from kernelref.gp_classify import GaussianProcessClassifier
 from kernelref.kernels import RBF, Kernel
 
-__all__ = ["ConvergenceWarning", "GaussianProcessRegressor", "NotPositiveDefiniteError",
+__all__ = ["ConvergenceWarning", "GaussianProcessClassifier", "GaussianProcessRegressor", "NotPositiveDefiniteError",
            "factorise", "log_marginal_likelihood", "lml_gradient", "sample_gaussian",
            "sample_prior"]
 
