@@ -1,0 +1,112 @@
+"""Multiclass SVMs: one-vs-one in libsvm's layout, and a plain one-vs-rest.
+
+One-vs-one trains a binary machine for every pair i < j of classes, in the
+order (0, 1), (0, 2), …, (0, K−1), (1, 2), …; class i is y = +1 in pair (i, j).
+The model keeps each support vector once, grouped by class in index order;
+``dual_coef_`` has K − 1 rows: the coefficient of a support vector of class i
+in pair (i, j) sits in row j − 1, that of a support vector of class j in row i
+(libsvm's ``sv_coef``). Prediction is a vote: pair (i, j) votes for i when its
+decision value is > 0, else for j; the most votes win, and a tie goes to the
+lowest class index (label ``ovo-vote``).
+"""
+
+import numpy as np
+
+from kernelref._validation import check_array, check_classification_targets, check_is_fitted
+from kernelref.base import BaseEstimator, ClassifierMixin
+
+__all__ = ["OneVsRestClassifier", "assemble_one_vs_one", "ovo_decision", "ovo_vote",
+           "ovr_from_ovo", "pairs"]
+
+
+def pairs(n_classes):
+    """The pairs (i, j), i < j, in libsvm's order."""
+    return [(i, j) for i in range(n_classes) for j in range(i + 1, n_classes)]
+
+
+def assemble_one_vs_one(y_index, n_classes, pair_coefs):
+    """(support_, n_support_, dual_coef_) from each pair's coefficients y_t α_t.
+
+    `pair_coefs[p]` is a dict sample index → coefficient for pair p.
+    """
+    used = np.zeros(len(y_index), bool)
+    for coefs in pair_coefs:
+        for n, c in coefs.items():
+            used[n] |= c != 0
+    support = np.concatenate([np.flatnonzero(used & (y_index == c)) for c in range(n_classes)])
+    n_support = np.array([np.count_nonzero(used & (y_index == c)) for c in range(n_classes)],
+                         dtype=np.int32)
+    position = {int(n): k for k, n in enumerate(support)}
+    dual_coef = np.zeros((n_classes - 1, len(support)))
+    for (i, j), coefs in zip(pairs(n_classes), pair_coefs):
+        for n, c in coefs.items():
+            if n in position:
+                row = j - 1 if y_index[n] == i else i
+                dual_coef[row, position[n]] = c
+    return support, n_support, dual_coef
+
+
+def ovo_decision(K_sv, dual_coef, intercept, n_support):
+    """Decision value of every pair (libsvm's sign: > 0 favours class i), shape
+    (n_samples, n_pairs), from K_sv = k(x, support vectors)."""
+    starts = np.concatenate([[0], np.cumsum(n_support)])
+    out = []
+    for p, (i, j) in enumerate(pairs(len(n_support))):
+        si, sj = slice(starts[i], starts[i + 1]), slice(starts[j], starts[j + 1])
+        out.append(K_sv[:, si] @ dual_coef[j - 1, si] + K_sv[:, sj] @ dual_coef[i, sj]
+                   + intercept[p])
+    return np.column_stack(out)
+
+
+def ovo_vote(dec, n_classes):
+    """Class index by (ovo-vote); np.argmax returns the first maximum, the lowest class."""
+    votes = np.zeros((len(dec), n_classes), dtype=int)
+    rows = np.arange(len(dec))
+    for p, (i, j) in enumerate(pairs(n_classes)):
+        np.add.at(votes, (rows, np.where(dec[:, p] > 0, i, j)), 1)
+    return votes.argmax(axis=1)
+
+
+def ovr_from_ovo(dec, n_classes):
+    """scikit-learn's 'ovr' shape: votes plus the summed confidences squashed into
+    (−1/3, 1/3), so that they break ties without overturning a vote."""
+    votes = np.zeros((len(dec), n_classes))
+    confidence = np.zeros((len(dec), n_classes))
+    for p, (i, j) in enumerate(pairs(n_classes)):
+        confidence[:, i] += dec[:, p]
+        confidence[:, j] -= dec[:, p]
+        votes[:, i] += dec[:, p] > 0
+        votes[:, j] += dec[:, p] <= 0
+    return votes + confidence / (3.0 * (np.abs(confidence) + 1.0))
+
+
+class OneVsRestClassifier(ClassifierMixin, BaseEstimator):
+    """One binary machine per class, that class against the rest; predict the class
+    whose machine gives the largest decision value (label ``ovr-decision``).
+
+    The book uses ``ambiguous(X)`` to show where one-vs-rest is undecided: no
+    machine, or more than one, claims the point.
+    """
+
+    def __init__(self, estimator):
+        self.estimator = estimator
+
+    def fit(self, X, y):
+        X = check_array(X, "X")
+        self.classes_, y_index = check_classification_targets(y, X.shape[0], "y")
+        self.estimators_ = []
+        for c in range(len(self.classes_)):
+            model = type(self.estimator)(**self.estimator.get_params(deep=False))
+            self.estimators_.append(model.fit(X, np.where(y_index == c, 1, -1)))
+        return self
+
+    def decision_function(self, X):
+        check_is_fitted(self, "estimators_")
+        return np.column_stack([m.decision_function(X) for m in self.estimators_])
+
+    def predict(self, X):
+        return self.classes_[self.decision_function(X).argmax(axis=1)]
+
+    def ambiguous(self, X):
+        """True where not exactly one machine puts x on its positive side."""
+        return np.count_nonzero(self.decision_function(X) > 0, axis=1) != 1

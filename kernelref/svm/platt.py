@@ -1,0 +1,268 @@
+"""Probabilities for SVM outputs: Platt's sigmoid and pairwise coupling.
+
+An SVM's decision value f(x) is a score, not a probability. Platt (1999) fits
+P(y = 1 | f) = 1 / (1 + exp(A f + B)) (label ``platt-sigmoid``) by minimising the
+cross-entropy of smoothed targets t₊ = (N₊+1)/(N₊+2), t₋ = 1/(N₋+2) (label
+``platt-objective``). The minimiser is found by Newton's
+method with backtracking, in the numerically careful form of Lin, Lin & Weng
+(2007), "A note on Platt's probabilistic outputs for support vector machines",
+Machine Learning 68, Algorithm 1 — the algorithm of libsvm's ``sigmoid_train``.
+The sign convention is libsvm's: A is negative when large f means class +1.
+
+With K > 2 classes, one sigmoid per one-vs-one pair gives r_ij ≈ P(y = i | y ∈ {i, j}),
+and the class probabilities solve the quadratic program of Wu, Lin & Weng (2004),
+"Probability estimates for multi-class classification by pairwise coupling",
+JMLR 5, their method 2 (label ``pairwise-coupling``), as in libsvm.
+
+``PlattCalibrated`` wraps any classifier with ``fit`` and ``decision_function``;
+the sigmoids are fitted on cross-validated decision values, so that they see
+scores of points the classifier was not trained on.
+"""
+
+import copy
+import numbers
+import warnings
+
+import numpy as np
+from scipy.special import expit
+
+from kernelref._validation import (
+    check_array, check_classification_targets, check_is_fitted, check_n_features)
+from kernelref.base import BaseEstimator, ClassifierMixin
+
+__all__ = ["PlattCalibrated", "coupling_matrix", "cross_validated_decision",
+           "pairwise_coupling", "platt_objective", "platt_targets", "sigmoid_predict",
+           "sigmoid_train"]
+
+# Lin, Lin & Weng (2007), Algorithm 1: at most 100 Newton steps; a step shorter than
+# 1e-10 means the line search has failed; σ = 1e-12 keeps the Hessian positive definite
+# when every p(1 − p) underflows; |∇F| < 1e-5 stops; 1e-4 is the Armijo constant.
+MAX_NEWTON_STEPS = 100
+MIN_STEP = 1e-10
+HESSIAN_RIDGE = 1e-12
+GRADIENT_TOLERANCE = 1e-5
+ARMIJO = 1e-4
+# libsvm clips the pairwise probabilities to [1e-7, 1 − 1e-7] before coupling, so
+# that every r_ij > 0 and the coupling matrix Q is positive definite.
+MIN_PAIRWISE_PROBABILITY = 1e-7
+
+
+def platt_targets(y):
+    """Smoothed targets: t₊ = (N₊+1)/(N₊+2) where y = 1, t₋ = 1/(N₋+2) where y = 0
+    (in label ``platt-objective``): the posterior mean of a Bernoulli under a uniform prior."""
+    n_positive = np.count_nonzero(y == 1)
+    n_negative = len(y) - n_positive
+    return np.where(y == 1, (n_positive + 1.0) / (n_positive + 2.0), 1.0 / (n_negative + 2.0))
+
+
+def platt_objective(A, B, f, t):
+    """F(A, B) = Σ_i t_i z_i + log(1 + exp(−z_i)) with z_i = A f_i + B
+    (label ``platt-objective``), the cross-entropy of targets t and
+    p_i = 1/(1 + exp(z_i)); ``logaddexp`` keeps it finite for any z."""
+    z = A * f + B
+    return float(np.sum(t * z + np.logaddexp(0.0, -z)))
+
+
+def sigmoid_predict(f, A, B):
+    """P(y = 1 | f) = 1 / (1 + exp(A f + B)) (label ``platt-sigmoid``)."""
+    return expit(-(A * np.asarray(f, dtype=np.float64) + B))
+
+
+def sigmoid_train(f, y):
+    """(A, B) minimising ``platt_objective`` for decision values `f` and labels `y`
+    in {0, 1}: Newton's method with backtracking on the gradient and Hessian of
+    (platt-objective) (Lin, Lin & Weng 2007, Algorithm 1). Returns ``(A, B, n_iter)``."""
+    f = np.asarray(f, dtype=np.float64)
+    t = platt_targets(y)
+    n_positive = np.count_nonzero(y == 1)
+    # Start from A = 0 and the B that matches the smoothed class frequencies.
+    A, B = 0.0, float(np.log((len(y) - n_positive + 1.0) / (n_positive + 1.0)))
+    F = platt_objective(A, B, f, t)
+    for n_iter in range(MAX_NEWTON_STEPS):
+        p = sigmoid_predict(f, A, B)
+        gradient = np.array([f @ (t - p), np.sum(t - p)])
+        if np.all(np.abs(gradient) < GRADIENT_TOLERANCE):
+            return A, B, n_iter
+        w = p * (1.0 - p)
+        H = np.array([[f * f @ w + HESSIAN_RIDGE, f @ w], [f @ w, w.sum() + HESSIAN_RIDGE]])
+        direction = -np.linalg.solve(H, gradient)
+        slope = gradient @ direction
+        step = 1.0
+        while step >= MIN_STEP:
+            A_new, B_new = A + step * direction[0], B + step * direction[1]
+            F_new = platt_objective(A_new, B_new, f, t)
+            if F_new < F + ARMIJO * step * slope:
+                A, B, F = A_new, B_new, F_new
+                break
+            step /= 2.0
+        else:
+            warnings.warn("Platt scaling: the line search failed to decrease the "
+                          "cross-entropy; (A, B) are the last accepted values.",
+                          RuntimeWarning, stacklevel=2)
+            return A, B, n_iter + 1
+    warnings.warn(f"Platt scaling: Newton's method reached {MAX_NEWTON_STEPS} steps "
+                  "without converging.", RuntimeWarning, stacklevel=2)
+    return A, B, MAX_NEWTON_STEPS
+
+
+def coupling_matrix(r):
+    """Q of method 2 for pairwise probabilities r (…, K, K), r_ij + r_ji = 1:
+    Q_ii = Σ_{s≠i} r_si², Q_ij = −r_ji r_ij (label ``pairwise-coupling``)."""
+    K = r.shape[-1]
+    off = ~np.eye(K, dtype=bool)
+    rT = np.swapaxes(r, -1, -2)
+    Q = np.where(off, -rT * r, 0.0)
+    diagonal = np.sum(np.where(off, r, 0.0) ** 2, axis=-2)
+    return Q + diagonal[..., None] * np.eye(K)
+
+
+def pairwise_coupling(r):
+    """Class probabilities p from pairwise probabilities r (n, K, K) with
+    r_ij ≈ P(y = i | y ∈ {i, j}): the minimiser of pᵀQp subject to Σ_i p_i = 1
+    (Wu, Lin & Weng 2004, method 2; label ``pairwise-coupling``).
+
+    The optimality conditions are Qp = (pᵀQp) 1 and 1ᵀp = 1, so p ∝ Q⁻¹1. Wu et al.
+    show that the constraint p ≥ 0 is then inactive, which is why solving this
+    linear system gives the same p as libsvm's iterative method.
+    """
+    r = np.clip(r, MIN_PAIRWISE_PROBABILITY, 1.0 - MIN_PAIRWISE_PROBABILITY)
+    Q = coupling_matrix(r)
+    ones = np.ones(Q.shape[:-1])
+    u = np.linalg.solve(Q, ones[..., None])[..., 0]
+    return u / u.sum(axis=-1, keepdims=True)
+
+
+def clone(estimator):
+    """A new, unfitted estimator with the same constructor arguments."""
+    params = {}
+    for name, value in estimator.get_params(deep=False).items():
+        is_estimator = hasattr(value, "get_params") and not isinstance(value, type)
+        params[name] = clone(value) if is_estimator else copy.deepcopy(value)
+    return type(estimator)(**params)
+
+
+def stratified_folds(y_index, n_folds, rng):
+    """Each sample's fold in 0 … n_folds−1: every class is shuffled and dealt
+    round-robin, so each fold holds every class in about its proportion."""
+    folds = np.empty(len(y_index), dtype=int)
+    for label in np.unique(y_index):
+        members = rng.permutation(np.flatnonzero(y_index == label))
+        folds[members] = np.arange(len(members)) % n_folds
+    return folds
+
+
+def cross_validated_decision(estimator, X, y, n_folds, rng):
+    """Decision values of each sample from a clone fitted without its fold."""
+    folds = stratified_folds(y, n_folds, rng)
+    f = np.empty(len(y))
+    for k in range(n_folds):
+        held_out = folds == k
+        model = clone(estimator).fit(X[~held_out], y[~held_out])
+        f[held_out] = model.decision_function(X[held_out])
+    return f
+
+
+class PlattCalibrated(ClassifierMixin, BaseEstimator):
+    """Probabilities for a classifier by Platt scaling on cross-validated scores.
+
+    Two classes: the estimator is cross-validated to collect out-of-fold decision
+    values f, a sigmoid (A, B) is fitted to them, and the estimator is refitted on
+    all data. K > 2 classes: for every pair i < j a clone is trained on the pair's
+    samples the same way, and the K(K−1)/2 sigmoids are combined by pairwise
+    coupling, as libsvm does.
+
+    ``predict`` returns the class of largest probability. It can disagree with
+    the wrapped estimator's ``predict``: a sigmoid crosses ½ where A f + B = 0,
+    i.e. at f = −B/A, not at f = 0, and for K > 2 classes coupling weighs the pairs
+    by their confidence while voting counts them. That is why this is a wrapper
+    with its own ``predict`` rather than a flag of the solver.
+
+    Parameters
+    ----------
+    estimator : classifier with ``fit`` and ``decision_function``
+        Binary decision values are positive for the larger label.
+    cv : int ≥ 2
+        Number of stratified folds for the out-of-fold decision values.
+    random_state : int or None
+        Seed of the fold shuffling.
+
+    Attributes
+    ----------
+    classes_ : ndarray (K,)
+    estimators_ : list
+        The fitted estimator (K = 2) or one per pair (0, 1), (0, 2), …, (K−2, K−1).
+    sigmoids_ : ndarray (n_pairs, 2)
+        (A, B) of each sigmoid, in the order of ``estimators_``.
+    """
+
+    def __init__(self, estimator, cv=5, random_state=None):
+        self.estimator = estimator
+        self.cv = cv
+        self.random_state = random_state
+
+    def _validate(self, X, y):
+        for method in ("fit", "decision_function"):
+            if not callable(getattr(self.estimator, method, None)):
+                raise TypeError(
+                    f"estimator must be a classifier with fit and decision_function; "
+                    f"{type(self.estimator).__name__} has no {method}.")
+        if isinstance(self.cv, bool) or not isinstance(self.cv, numbers.Integral) \
+                or self.cv < 2:
+            raise ValueError(f"cv must be an integer ≥ 2 (the number of folds); got {self.cv!r}.")
+        if self.random_state is not None and not isinstance(self.random_state, numbers.Integral):
+            raise TypeError(f"random_state must be None or an integer seed; got "
+                            f"{self.random_state!r}.")
+        X = check_array(X, "X")
+        classes, y_index = check_classification_targets(y, X.shape[0], "y")
+        counts = np.bincount(y_index)
+        if counts.min() < self.cv:
+            raise ValueError(
+                f"y has {counts.min()} samples of class {classes[counts.argmin()]!r}, fewer "
+                f"than cv={self.cv} folds; every class needs at least cv samples. "
+                "Lower cv or collect more samples of that class.")
+        return X, classes, y_index
+
+    def fit(self, X, y):
+        X, self.classes_, y_index = self._validate(X, y)
+        rng = np.random.default_rng(self.random_state)
+        self.estimators_, sigmoids = [], []
+        for i, j in self._pairs():
+            on_pair = (y_index == i) | (y_index == j)
+            X_pair, y_pair = X[on_pair], (y_index[on_pair] == j).astype(int)
+            f = cross_validated_decision(self.estimator, X_pair, y_pair, self.cv, rng)
+            sigmoids.append(sigmoid_train(f, y_pair)[:2])
+            self.estimators_.append(clone(self.estimator).fit(X_pair, y_pair))
+        self.sigmoids_ = np.array(sigmoids)
+        self.n_features_in_ = X.shape[1]
+        return self
+
+    def _pairs(self):
+        K = len(self.classes_)
+        return [(i, j) for i in range(K) for j in range(i + 1, K)]
+
+    def decision_function(self, X):
+        """Decision values: (n,) for two classes, positive for ``classes_[1]``;
+        (n, K(K−1)/2) for more, column (i, j) positive for ``classes_[j]``."""
+        check_is_fitted(self, "sigmoids_")
+        X = check_array(X, "X")
+        check_n_features(X, self.n_features_in_)
+        f = np.column_stack([np.ravel(m.decision_function(X)) for m in self.estimators_])
+        return f[:, 0] if len(self.classes_) == 2 else f
+
+    def predict_proba(self, X):
+        """P(y = c | x) for each class c in ``classes_``, rows summing to one."""
+        f = self.decision_function(X)
+        f = f.reshape(f.shape[0], -1)
+        K = len(self.classes_)
+        if K == 2:
+            p1 = sigmoid_predict(f[:, 0], *self.sigmoids_[0])
+            return np.column_stack([1.0 - p1, p1])
+        r = np.zeros((f.shape[0], K, K))
+        for column, ((i, j), (A, B)) in enumerate(zip(self._pairs(), self.sigmoids_)):
+            r[:, j, i] = sigmoid_predict(f[:, column], A, B)
+            r[:, i, j] = 1.0 - r[:, j, i]
+        return pairwise_coupling(r)
+
+    def predict(self, X):
+        """The class of largest probability (see the class docstring)."""
+        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
