@@ -8,8 +8,8 @@ from kernelref.gp import GaussianProcessClassifier, GaussianProcessRegressor
 from kernelref.kpca import KernelPCA
 from kernelref.nadaraya_watson import NadarayaWatson
 from kernelref.ridge import KernelRidge
-from kernelref.rvm import RVR
+from kernelref.rvm import RVC, RVR
 
 __version__ = "0.1.0"
 __all__ = ["GaussianProcessClassifier", "GaussianProcessRegressor", "KernelPCA", "KernelRidge",
-           "NadarayaWatson", "RVR", "kernels"]
+           "NadarayaWatson", "RVC", "RVR", "kernels"]

@@ -109,7 +109,8 @@ def _choose_action(alpha, s, q, aligned, n_active):
     return new_alpha, gain
 
 
-def fast_marginal_likelihood(Phi, t, *, max_iter=10000, tol=1e-3, update_beta=True):
+def fast_marginal_likelihood(Phi, t, *, max_iter=10000, tol=1e-3, update_beta=True,
+                             beta=None, alpha=None):
     """Maximise the evidence by Tipping & Faul's sequential algorithm.
 
     Implements (rvm-sq), (rvm-decomposition), (rvm-fast-alpha) and the noise
@@ -119,21 +120,31 @@ def fast_marginal_likelihood(Phi, t, *, max_iter=10000, tol=1e-3, update_beta=Tr
     than `tol` (SparseBayes's MinDeltaLogAlpha, 1e-3, looks only at the chosen
     one), and a final β update changes log β by less than `MIN_DELTA_LOG_BETA`.
     Columns of Φ that are zero are never candidates.
+
+    ``beta`` replaces the starting β (with ``update_beta=False``, the fixed β),
+    and ``alpha`` (one per column of Φ, user scale, ``np.inf`` outside the model)
+    replaces the starting model: a warm start, which the relevance vector
+    classifier uses on each new Gaussian approximation of its likelihood.
     """
     N, P = Phi.shape
     scales = np.sqrt(np.einsum("np,np->p", Phi, Phi))
     usable = scales > 0
     Phi = Phi / np.where(usable, scales, 1.0)
     PhiT_t = Phi.T @ t
-    beta = initial_beta(t)
-    beta_max = BETA_MAX_FACTOR / np.var(t)
+    beta = initial_beta(t) if beta is None else float(beta)
+    beta_max = BETA_MAX_FACTOR / np.var(t) if update_beta else np.inf
 
-    first = int(np.argmax(np.abs(PhiT_t)))
-    active = [first]
-    PhiT_Phi = Phi.T @ Phi[:, [first]]                  # cached columns Φᵀφ_j, j in model
-    s1, q1 = beta, beta * PhiT_t[first]                 # S, Q of a unit column when C = β⁻¹I
-    alpha = np.full(P, np.inf)
-    alpha[first] = s1**2 / (q1**2 - s1) if q1**2 > s1 else INIT_ALPHA_MAX
+    if alpha is None:
+        first = int(np.argmax(np.abs(PhiT_t)))
+        active = [first]
+        s1, q1 = beta, beta * PhiT_t[first]             # S, Q of a unit column when C = β⁻¹I
+        alpha = np.full(P, np.inf)
+        alpha[first] = s1**2 / (q1**2 - s1) if q1**2 > s1 else INIT_ALPHA_MAX
+    else:
+        # A unit-norm column φ/c carries the weight c·w, so its α is α/c².
+        alpha = np.asarray(alpha, dtype=float) / np.where(usable, scales, 1.0) ** 2
+        active = [int(j) for j in np.flatnonzero(np.isfinite(alpha))]
+    PhiT_Phi = Phi.T @ Phi[:, active]                   # cached columns Φᵀφ_j, j in model
 
     evidence, actions = [], []
     converged = False
