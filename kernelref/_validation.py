@@ -39,6 +39,53 @@ def check_array(X, name="X", *, min_samples=1):
     return A
 
 
+def takes_objects(kernel):
+    """True when `kernel` compares arbitrary objects (sets, strings, graphs)
+    rather than rows of a float matrix; kernel names such as ``"rbf"`` do not."""
+    return bool(getattr(kernel, "takes_objects", False))
+
+
+def check_samples(X, kernel, name="X", *, min_samples=1):
+    """The samples as `kernel` takes them.
+
+    For a kernel on vectors this is `check_array`: a finite 2-D float matrix.
+    For a kernel on objects (``kernel.takes_objects``) it is a 1-D object array
+    with one sample per entry, each passed through ``kernel.check_sample``,
+    which returns the sample in the form the kernel computes with or raises.
+    All samples must then have one type: a kernel on strings does not compare
+    a string with a tuple, so a mixture is refused rather than scored zero.
+    """
+    if not takes_objects(kernel):
+        return check_array(X, name, min_samples=min_samples)
+    if hasattr(X, "compute") and not isinstance(X, np.ndarray):
+        X = X.compute()
+    if isinstance(X, (str, bytes, set, frozenset, dict)) or not hasattr(X, "__len__"):
+        raise TypeError(
+            f"{name} must be a list (or 1-D array) of samples for the kernel "
+            f"{type(kernel).__name__}; got a {type(X).__name__}. Pass a list, e.g. [x] for "
+            "a single sample.")
+    if len(X) < min_samples:
+        raise ValueError(f"{name} has {len(X)} samples; at least {min_samples} are needed.")
+    samples = np.empty(len(X), dtype=object)
+    for i, x in enumerate(X):
+        samples[i] = kernel.check_sample(x, f"{name}[{i}]")
+    kinds = sorted({type(x).__name__ for x in samples})
+    if len(kinds) > 1:
+        raise TypeError(
+            f"{name} mixes samples of types {kinds}; the kernel {type(kernel).__name__} "
+            "compares samples of one type. Convert them all to one of these types.")
+    return samples
+
+
+def record_n_features(estimator, X):
+    """Set ``n_features_in_`` for a float matrix. Samples that are objects have
+    no feature count, so any value left by an earlier fit is removed."""
+    if X.ndim == 2:
+        estimator.n_features_in_ = X.shape[1]
+    elif hasattr(estimator, "n_features_in_"):
+        del estimator.n_features_in_
+
+
 def check_targets(y, n_samples, name="y"):
     """Return `y` as a finite float64 array with one row per sample (1-D or 2-D)."""
     if hasattr(y, "compute") and not isinstance(y, np.ndarray):

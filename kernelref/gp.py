@@ -28,7 +28,8 @@ from scipy.linalg.lapack import dpotri
 from scipy.optimize import minimize
 
 from kernelref._validation import (
-    check_array, check_is_fitted, check_n_features, check_positive, check_targets)
+    check_is_fitted, check_n_features, check_positive, check_samples, check_targets,
+    record_n_features)
 from kernelref.base import BaseEstimator, RegressorMixin
 # The classifier lives in its own module; it is re-exported so that both GP
 # estimators are found in kernelref.gp, as scikit-learn's are in sklearn.gaussian_process.
@@ -130,7 +131,7 @@ def sample_prior(kernel, X, n_samples=1, random_state=None):
     an array of shape (len(X), n_samples)."""
     if not isinstance(kernel, Kernel):
         raise TypeError(f"kernel must be a kernelref.kernels.Kernel; got {kernel!r}.")
-    X = check_array(X, "X")
+    X = check_samples(X, kernel, "X")
     K = kernel(X)
     return sample_gaussian(np.zeros(len(X)), K, n_samples, np.random.default_rng(random_state))
 
@@ -270,7 +271,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
     def fit(self, X, y):
         """Learn the hyperparameters (if ``optimizer``), then L_ and α_ at them."""
         kernel, noise = self._validate_params()
-        X = check_array(X, "X")
+        X = check_samples(X, kernel, "X")
         t = check_targets(y, X.shape[0], "y")
         if self.normalize_y:
             y_mean, std = t.mean(axis=0), t.std(axis=0)
@@ -287,7 +288,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         self._y_mean, self._y_std = y_mean, y_std
         self.log_marginal_likelihood_value_ = log_marginal_likelihood(L, alpha, t, noise)
         self.X_train_, self.y_train_ = X, t
-        self.n_features_in_ = X.shape[1]
+        record_n_features(self, X)
         return self
 
     def predict(self, X, return_std=False, return_cov=False):
@@ -300,14 +301,16 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         if return_std and return_cov:
             raise ValueError("ask for return_std or return_cov, not both; "
                              "the standard deviation is the root of the covariance's diagonal.")
-        X = check_array(X, "X")
-        if not hasattr(self, "kernel_"):
+        fitted = hasattr(self, "kernel_")
+        X = check_samples(X, self.kernel_ if fitted else self._prior_kernel(), "X")
+        if not fitted:
             kernel = self._prior_kernel()
             mean = np.zeros(len(X))
             if return_cov:
                 return mean, kernel(X)
             return (mean, np.sqrt(kernel.diag(X))) if return_std else mean
-        check_n_features(X, self.n_features_in_)
+        if X.ndim == 2:
+            check_n_features(X, self.n_features_in_)
         K_star = self.kernel_(X, self.X_train_)
         mean = self._y_mean + self._y_std * (K_star @ self.alpha_)
         if not (return_std or return_cov):

@@ -21,8 +21,8 @@ from scipy.linalg import LinAlgError, cho_solve, cholesky, solve_triangular
 from scipy.optimize import minimize
 
 from kernelref._validation import (
-    check_array, check_binary_labels, check_classification_targets, check_is_fitted,
-    check_n_features)
+    check_binary_labels, check_classification_targets, check_is_fitted, check_n_features,
+    check_samples, record_n_features)
 from kernelref.base import BaseEstimator, ClassifierMixin
 from kernelref.kernels import RBF, Kernel
 from kernelref.laplace import (
@@ -344,11 +344,11 @@ class GaussianProcessClassifier(ClassifierMixin, BaseEstimator):
     def fit(self, X, y):
         """Find the mode (and, with an optimizer, the hyperparameters) for `X`, `y`."""
         kernel = self._validate_params()
-        X = check_array(X, "X")
+        X = check_samples(X, kernel, "X")
         self._forget_fit()
         self.classes_, y_index = check_classification_targets(y, X.shape[0], "y")
         self.X_fit_ = X
-        self.n_features_in_ = X.shape[1]
+        record_n_features(self, X)
         self.jitter_ = float(self.jitter)
         if len(self.classes_) == 2:
             self._fit_binary(kernel, X, y_index.astype(float))
@@ -357,7 +357,8 @@ class GaussianProcessClassifier(ClassifierMixin, BaseEstimator):
         for k in range(len(self.classes_)):
             binary = GaussianProcessClassifier(**self.get_params(deep=False))
             binary.classes_ = np.array([0, 1])
-            binary.X_fit_, binary.n_features_in_, binary.jitter_ = X, X.shape[1], self.jitter_
+            binary.X_fit_, binary.jitter_ = X, self.jitter_
+            record_n_features(binary, X)
             binary._fit_binary(kernel, X, (y_index == k).astype(float))
             self.estimators_.append(binary)
         self.kernel_ = [e.kernel_ for e in self.estimators_]
@@ -388,8 +389,11 @@ class GaussianProcessClassifier(ClassifierMixin, BaseEstimator):
     # -- prediction ------------------------------------------------------------------
     def _latent(self, X):
         check_is_fitted(self, "log_marginal_likelihood_value_")
-        X = check_array(X, "X")
-        check_n_features(X, self.n_features_in_)
+        # with several classes every binary model has a copy of the same kernel
+        kernel = self.kernel_[0] if isinstance(self.kernel_, list) else self.kernel_
+        X = check_samples(X, kernel, "X")
+        if X.ndim == 2:
+            check_n_features(X, self.n_features_in_)
         return X
 
     def _binary_latent(self, X):

@@ -21,7 +21,7 @@ from scipy.linalg import eigh
 from scipy.sparse.linalg import eigsh
 
 from kernelref._validation import (
-    check_array, check_is_fitted, check_n_features, check_square_gram)
+    check_is_fitted, check_n_features, check_samples, check_square_gram, record_n_features)
 from kernelref.base import BaseEstimator
 from kernelref.kernels import make_kernel
 
@@ -100,7 +100,7 @@ class KernelPCA(BaseEstimator):
         if isinstance(self.kernel, str) and self.kernel == "precomputed":
             X = check_square_gram(X, "X")
         else:
-            X = check_array(X, "X")
+            X = check_samples(X, self.kernel, "X")
         n = X.shape[0]
         if self.n_components is not None and (
                 isinstance(self.n_components, bool)
@@ -161,7 +161,7 @@ class KernelPCA(BaseEstimator):
         self.kernel_, self._K_column_means = kernel, column_means
         self.eigenvalues_, self.eigenvectors_, self.dual_coef_ = lam, U, a
         self.X_fit_ = X
-        self.n_features_in_ = X.shape[1]
+        record_n_features(self, X)
         return self
 
     def fit_transform(self, X, y=None):
@@ -172,7 +172,7 @@ class KernelPCA(BaseEstimator):
     def transform(self, X):
         """y_k(x) = Σ_n a_kn k̃(x, x_n) for each row of X (label ``kpca-project``)."""
         check_is_fitted(self, "dual_coef_")
-        X = check_array(X, "X")
+        X = check_samples(X, self.kernel_, "X")
         if isinstance(self.kernel_, str):
             if X.shape[1] != len(self.X_fit_):
                 raise ValueError(
@@ -180,6 +180,7 @@ class KernelPCA(BaseEstimator):
                     f"{len(self.X_fit_)} columns; got {X.shape[1]}.")
             K_new = X
         else:
-            check_n_features(X, self.n_features_in_)
+            if X.ndim == 2:
+                check_n_features(X, self.n_features_in_)
             K_new = self.kernel_(X, self.X_fit_)
         return centre_cross_gram(K_new, self._K_column_means) @ self.dual_coef_

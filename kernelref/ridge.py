@@ -11,8 +11,8 @@ import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve, solve
 
 from kernelref._validation import (
-    check_array, check_is_fitted, check_n_features, check_positive, check_square_gram,
-    check_targets)
+    check_is_fitted, check_n_features, check_positive, check_samples, check_square_gram,
+    check_targets, record_n_features)
 from kernelref.base import BaseEstimator, RegressorMixin
 from kernelref.kernels import make_kernel
 from kernelref.nadaraya_watson import NadarayaWatson
@@ -89,7 +89,7 @@ class KernelRidge(RegressorMixin, BaseEstimator):
         if isinstance(self.kernel, str) and self.kernel == "precomputed":
             X = check_square_gram(X, "X")
         else:
-            X = check_array(X, "X")
+            X = check_samples(X, self.kernel, "X")
         t = check_targets(y, X.shape[0], "y")
         kernel = make_kernel(self.kernel, X, self.gamma, self.degree, self.coef0)
         return lam, X, t, kernel
@@ -99,20 +99,21 @@ class KernelRidge(RegressorMixin, BaseEstimator):
         K = X if isinstance(self.kernel_, str) else self.kernel_(X)
         self.dual_coef_ = dual_coefficients(K, t, lam, overwrite_K=K is not X)
         self.X_fit_ = X
-        self.n_features_in_ = X.shape[1]
+        record_n_features(self, X)
         return self
 
     def _cross_kernel(self, X):
         """k(x)ᵀ for each row of X: the (n_test, n_train) matrix K(X, X_fit)."""
         check_is_fitted(self, "dual_coef_")
-        X = check_array(X, "X")
+        X = check_samples(X, self.kernel_, "X")
         if isinstance(self.kernel_, str):
             if X.shape[1] != len(self.X_fit_):
                 raise ValueError(
                     f"with kernel='precomputed', X must be K(X_test, X_train) with "
                     f"{len(self.X_fit_)} columns; got {X.shape[1]}.")
             return X
-        check_n_features(X, self.n_features_in_)
+        if X.ndim == 2:
+            check_n_features(X, self.n_features_in_)
         return self.kernel_(X, self.X_fit_)
 
     def predict(self, X):

@@ -26,6 +26,21 @@ class Kernel(ParamsMixin, abc.ABC):
     #: names of the positive, learnable constructor arguments
     hyperparameter_names = ()
 
+    @property
+    def takes_objects(self):
+        """True for a kernel on objects (sets, strings, graphs): estimators then
+        pass the samples as a 1-D object array instead of a float matrix. Leaf
+        kernels on objects set it to True; a composite takes objects when a
+        part does."""
+        return any(child.takes_objects for _, child in self._children())
+
+    def check_sample(self, x, name):
+        """One sample as this kernel computes with it, or an error naming
+        `name`. Only kernels on objects are asked; a composite asks its parts."""
+        for _, child in self._children():
+            x = child.check_sample(x, name)
+        return x
+
     @abc.abstractmethod
     def __call__(self, X, Y=None):
         """The Gram matrix K_nm = k(x_n, y_m); ``Y=None`` means ``Y = X``."""
@@ -104,7 +119,7 @@ class Kernel(ParamsMixin, abc.ABC):
 
     def gradient(self, X):
         """All log-hyperparameter gradients, shape (len(theta), n, n)."""
-        X = np.asarray(X, dtype=float)
+        X = X if self.takes_objects else np.asarray(X, dtype=float)
         terms = list(self._gradient_terms(X))
         return np.array(terms) if terms else np.empty((0, len(X), len(X)))
 
@@ -115,7 +130,7 @@ class Kernel(ParamsMixin, abc.ABC):
         subclasses may override with an O(n²)-memory form; this default makes
         one gradient matrix at a time.
         """
-        X = np.asarray(X, dtype=float)
+        X = X if self.takes_objects else np.asarray(X, dtype=float)
         return np.array([np.vdot(W, G) for G in self._gradient_terms(X)])
 
     # -- composition (book: kernel construction rules) ------------------------------
@@ -123,6 +138,7 @@ class Kernel(ParamsMixin, abc.ABC):
         from kernelref.kernels.compose import Constant, Sum
         if isinstance(other, numbers.Real):
             other = Constant(other)
+        _check_same_domain(self, other, "+")
         return Sum(self, other)
 
     __radd__ = __add__
@@ -131,6 +147,7 @@ class Kernel(ParamsMixin, abc.ABC):
         from kernelref.kernels.compose import Product, Scaled
         if isinstance(other, numbers.Real):
             return Scaled(other, self)
+        _check_same_domain(self, other, "*")
         return Product(self, other)
 
     __rmul__ = __mul__
@@ -155,6 +172,21 @@ class Kernel(ParamsMixin, abc.ABC):
             else:
                 params[name] = value
         return {"class": type(self).__name__, "params": params}
+
+
+def _check_same_domain(k1, k2, op):
+    """Refuse to combine a kernel on objects with one on vectors: they cannot
+    be evaluated on the same samples. The constant kernel ignores its inputs and
+    goes with either."""
+    from kernelref.kernels.compose import Constant
+    if isinstance(k1, Constant) or isinstance(k2, Constant):
+        return
+    if isinstance(k2, Kernel) and k1.takes_objects != k2.takes_objects:
+        on = {True: "objects", False: "vectors"}
+        raise TypeError(
+            f"cannot form {type(k1).__name__} {op} {type(k2).__name__}: the first takes "
+            f"{on[k1.takes_objects]}, the second {on[k2.takes_objects]}. Combine kernels "
+            "on the same kind of sample.")
 
 
 def _params_equal(a, b):

@@ -10,6 +10,15 @@ import numpy as np
 from kernelref.kernels.base import DEFAULT_BOUNDS, Kernel, as_2d
 
 
+def _n_samples(X, name):
+    """How many samples: the rows of a numeric array, or the length of a list
+    of objects (the constant kernel never looks at them, so it joins kernels on
+    objects as well as on vectors)."""
+    if isinstance(X, np.ndarray) and X.dtype != object:
+        return len(as_2d(X, name))
+    return len(X)
+
+
 class Constant(Kernel):
     """k(x, x′) = c, c > 0: the bias θ₂ of the GP kernel."""
 
@@ -20,12 +29,12 @@ class Constant(Kernel):
         self.value_bounds = value_bounds
 
     def __call__(self, X, Y=None):
-        n = len(as_2d(X))
-        m = n if Y is None else len(as_2d(Y, "Y"))
+        n = _n_samples(X, "X")
+        m = n if Y is None else _n_samples(Y, "Y")
         return np.full((n, m), float(self.value))
 
     def diag(self, X):
-        return np.full(len(as_2d(X)), float(self.value))
+        return np.full(_n_samples(X, "X"), float(self.value))
 
     def _gradient_terms(self, X):
         if self._own():

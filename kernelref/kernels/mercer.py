@@ -40,10 +40,12 @@ class MercerReport:
 def mercer_check(kernel, X, rtol=None):
     """Eigenvalues of the Gram matrix of `kernel` on `X`, and a verdict.
 
+    `X` is a float matrix, or a list of objects for a kernel on objects.
+
     `rtol` scales the rounding allowance ``rtol * max|λ|``; the default
     ``n * eps`` is the usual bound on eigenvalue error of a symmetric solver.
     """
-    X = as_2d(X)
+    X = X if getattr(kernel, "takes_objects", False) else as_2d(X)
     K = kernel(X)
     n = len(K)
     asymmetry = float(np.max(np.abs(K - K.T))) if n else 0.0

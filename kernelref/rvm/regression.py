@@ -13,8 +13,8 @@ import warnings
 import numpy as np
 
 from kernelref._validation import (
-    check_array, check_is_fitted, check_n_features, check_positive, check_square_gram,
-    check_targets)
+    check_is_fitted, check_n_features, check_positive, check_samples, check_square_gram,
+    check_targets, record_n_features)
 from kernelref.base import BaseEstimator, RegressorMixin
 from kernelref.kernels import make_kernel
 from kernelref.rvm.design import column_scales, design_matrix, initial_beta
@@ -119,7 +119,7 @@ class RVR(RegressorMixin, BaseEstimator):
         if isinstance(self.kernel, str) and self.kernel == "precomputed":
             X = check_square_gram(X, "X")
         else:
-            X = check_array(X, "X")
+            X = check_samples(X, self.kernel, "X")
         t = check_targets(y, X.shape[0], "y")
         if t.ndim != 1:
             raise ValueError(f"y must be 1-D (one target per sample); got shape {t.shape}. "
@@ -160,13 +160,13 @@ class RVR(RegressorMixin, BaseEstimator):
         self.mu_, self.Sigma_ = result.mu, result.Sigma
         self.n_iter_, self.converged_ = result.n_iter, result.converged
         self.evidence_, self.log_evidence_ = result.evidence, float(result.log_evidence)
-        self.n_features_in_ = X.shape[1]
+        record_n_features(self, X)
         return self
 
     def _basis(self, X):
         """φ(x)ᵀ of the kept basis functions for each row of X."""
         check_is_fitted(self, "mu_")
-        X = check_array(X, "X")
+        X = check_samples(X, self.kernel_, "X")
         if isinstance(self.kernel_, str):
             if X.shape[1] != self.n_features_in_:
                 raise ValueError(
@@ -174,7 +174,8 @@ class RVR(RegressorMixin, BaseEstimator):
                     f"{self.n_features_in_} columns; got {X.shape[1]}.")
             K = X[:, self.relevance_]
         else:
-            check_n_features(X, self.n_features_in_)
+            if X.ndim == 2:
+                check_n_features(X, self.n_features_in_)
             K = self.kernel_(X, self.relevance_vectors_)
         if self.bias_used_:
             return np.hstack([np.ones((len(X), 1)), K])

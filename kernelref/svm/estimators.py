@@ -20,8 +20,8 @@ import numpy as np
 from scipy.optimize import linprog
 
 from kernelref._validation import (
-    check_array, check_classification_targets, check_is_fitted, check_n_features,
-    check_square_gram, check_targets)
+    check_classification_targets, check_is_fitted, check_n_features, check_samples,
+    check_square_gram, check_targets, record_n_features)
 from kernelref.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from kernelref.kernels import make_kernel
 from kernelref.svm import problems
@@ -62,7 +62,7 @@ class _BaseSVM(BaseEstimator):
     def _validate_X(self, X):
         if isinstance(self.kernel, str) and self.kernel == "precomputed":
             return check_square_gram(X, "X")
-        return check_array(X, "X")
+        return check_samples(X, self.kernel, "X")
 
     def _sample_weight(self, sample_weight, n):
         if sample_weight is None:
@@ -78,7 +78,7 @@ class _BaseSVM(BaseEstimator):
         X = self._validate_X(X)
         self.kernel_ = make_kernel(self.kernel, X, self.gamma, self.degree, self.coef0)
         self._X_fit = X
-        self.n_features_in_ = X.shape[1]
+        record_n_features(self, X)
         self.shape_fit_ = X.shape
         return X, problems.KernelRows(self.kernel_, X)
 
@@ -95,14 +95,15 @@ class _BaseSVM(BaseEstimator):
     def _kernel_to_sv(self, X):
         """k(x, s) for the support vectors s, shape (n_samples, n_SV)."""
         check_is_fitted(self, "support_")
-        X = check_array(X, "X")
+        X = check_samples(X, self.kernel_, "X")
         if isinstance(self.kernel_, str):
             if X.shape[1] != self.shape_fit_[0]:
                 raise ValueError(
                     f"with kernel='precomputed', X must be K(X_test, X_train) with "
                     f"{self.shape_fit_[0]} columns; got {X.shape[1]}.")
             return X[:, self.support_]
-        check_n_features(X, self.n_features_in_)
+        if X.ndim == 2:
+            check_n_features(X, self.n_features_in_)
         return self.kernel_(X, self.support_vectors_)
 
 
