@@ -1,15 +1,36 @@
 """kernelref: the reference implementation of the kernelref book.
 
 numpy and scipy only; each function names the book's equation labels it implements.
+
+The estimators are imported on first use, so that ``import kernelref.kernels`` —
+what every Dask worker does to unpickle a kernel — does not pay for the whole
+library's imports in time and memory.
 """
 
-from kernelref import kernels
-from kernelref.gp import GaussianProcessClassifier, GaussianProcessRegressor
-from kernelref.kpca import KernelPCA
-from kernelref.nadaraya_watson import NadarayaWatson
-from kernelref.ridge import KernelRidge
-from kernelref.rvm import RVC, RVR
+import importlib
 
 __version__ = "0.1.0"
-__all__ = ["GaussianProcessClassifier", "GaussianProcessRegressor", "KernelPCA", "KernelRidge",
-           "NadarayaWatson", "RVC", "RVR", "kernels"]
+
+_ESTIMATORS = {
+    "GaussianProcessClassifier": "kernelref.gp",
+    "GaussianProcessRegressor": "kernelref.gp",
+    "KernelPCA": "kernelref.kpca",
+    "KernelRidge": "kernelref.ridge",
+    "NadarayaWatson": "kernelref.nadaraya_watson",
+    "RVC": "kernelref.rvm",
+    "RVR": "kernelref.rvm",
+}
+
+__all__ = sorted(_ESTIMATORS) + ["kernels"]
+
+
+def __getattr__(name):
+    if name in _ESTIMATORS:
+        return getattr(importlib.import_module(_ESTIMATORS[name]), name)
+    if name == "kernels":
+        return importlib.import_module("kernelref.kernels")
+    raise AttributeError(f"module 'kernelref' has no attribute {name!r}")
+
+
+def __dir__():
+    return __all__ + ["__version__"]

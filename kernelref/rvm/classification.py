@@ -29,8 +29,8 @@ from collections import namedtuple
 import numpy as np
 
 from kernelref._validation import (
-    check_array, check_classification_targets, check_is_fitted, check_n_features,
-    check_positive, check_square_gram)
+    check_classification_targets, check_is_fitted, check_n_features, check_positive,
+    check_samples, check_square_gram, record_n_features)
 from kernelref.base import BaseEstimator, ClassifierMixin
 from kernelref.gp_classify import probit_probability
 from kernelref.kernels import make_kernel
@@ -274,7 +274,7 @@ class RVC(ClassifierMixin, BaseEstimator):
         if isinstance(self.kernel, str) and self.kernel == "precomputed":
             X = check_square_gram(X, "X")
         else:
-            X = check_array(X, "X")
+            X = check_samples(X, self.kernel, "X")
         classes, y_index = check_classification_targets(y, X.shape[0], "y")
         kernel = make_kernel(self.kernel, X, self.gamma, self.degree, self.coef0)
         return X, classes, y_index, kernel
@@ -289,7 +289,8 @@ class RVC(ClassifierMixin, BaseEstimator):
         usable = np.flatnonzero(scales > 0)       # zero columns carry no information
         for name in [name for name in vars(self) if name.endswith("_")]:
             delattr(self, name)                   # nothing stale from an earlier fit
-        self.classes_, self.kernel_, self.n_features_in_ = classes, kernel, X.shape[1]
+        self.classes_, self.kernel_ = classes, kernel
+        record_n_features(self, X)
         self._X = X
         K = len(classes)
         if K == 2:
@@ -299,7 +300,8 @@ class RVC(ClassifierMixin, BaseEstimator):
             for k in range(K):
                 binary = RVC(**self.get_params(deep=False))
                 binary.classes_, binary.kernel_ = np.array([0, 1]), kernel
-                binary.n_features_in_, binary._X = X.shape[1], X
+                record_n_features(binary, X)
+                binary._X = X
                 binary._fit_binary(Phi, usable, (y_index == k).astype(float))
                 self.estimators_.append(binary)
             for name in ("alpha_", "mu_", "Sigma_", "log_evidence_", "n_iter_", "converged_",
@@ -358,14 +360,15 @@ class RVC(ClassifierMixin, BaseEstimator):
     def _basis(self, X):
         """φ(x)ᵀ of the kept basis functions for each row of X."""
         check_is_fitted(self, "log_evidence_")
-        X = check_array(X, "X")
+        X = check_samples(X, self.kernel_, "X")
         if isinstance(self.kernel_, str):
             if X.shape[1] != self.n_features_in_:
                 raise ValueError(
                     f"with kernel='precomputed', X must be K(X_test, X_train) with "
                     f"{self.n_features_in_} columns; got {X.shape[1]}.")
             return design_matrix(self.kernel_, X[:, self.relevance_], None, self.bias_used_)
-        check_n_features(X, self.n_features_in_)
+        if X.ndim == 2:
+            check_n_features(X, self.n_features_in_)
         return design_matrix(self.kernel_, X, self.relevance_vectors_, self.bias_used_)
 
     def _multiclass(self):

@@ -12,7 +12,7 @@ lowest class index (label ``ovo-vote``).
 
 import numpy as np
 
-from kernelref._validation import check_array, check_classification_targets, check_is_fitted
+from kernelref._validation import check_classification_targets, check_is_fitted, check_samples
 from kernelref.base import BaseEstimator, ClassifierMixin
 
 __all__ = ["OneVsRestClassifier", "assemble_one_vs_one", "ovo_decision", "ovo_vote",
@@ -92,7 +92,7 @@ class OneVsRestClassifier(ClassifierMixin, BaseEstimator):
         self.estimator = estimator
 
     def fit(self, X, y):
-        X = check_array(X, "X")
+        X = check_samples(X, getattr(self.estimator, "kernel", None), "X")
         self.classes_, y_index = check_classification_targets(y, X.shape[0], "y")
         self.estimators_ = []
         for c in range(len(self.classes_)):

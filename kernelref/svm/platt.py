@@ -27,7 +27,8 @@ import numpy as np
 from scipy.special import expit
 
 from kernelref._validation import (
-    check_array, check_classification_targets, check_is_fitted, check_n_features)
+    check_classification_targets, check_is_fitted, check_n_features, check_samples,
+    record_n_features)
 from kernelref.base import BaseEstimator, ClassifierMixin
 
 __all__ = ["PlattCalibrated", "coupling_matrix", "cross_validated_decision",
@@ -212,7 +213,7 @@ class PlattCalibrated(ClassifierMixin, BaseEstimator):
         if self.random_state is not None and not isinstance(self.random_state, numbers.Integral):
             raise TypeError(f"random_state must be None or an integer seed; got "
                             f"{self.random_state!r}.")
-        X = check_array(X, "X")
+        X = check_samples(X, getattr(self.estimator, "kernel", None), "X")
         classes, y_index = check_classification_targets(y, X.shape[0], "y")
         counts = np.bincount(y_index)
         if counts.min() < self.cv:
@@ -233,7 +234,7 @@ class PlattCalibrated(ClassifierMixin, BaseEstimator):
             sigmoids.append(sigmoid_train(f, y_pair)[:2])
             self.estimators_.append(clone(self.estimator).fit(X_pair, y_pair))
         self.sigmoids_ = np.array(sigmoids)
-        self.n_features_in_ = X.shape[1]
+        record_n_features(self, X)
         return self
 
     def _pairs(self):
@@ -244,8 +245,9 @@ class PlattCalibrated(ClassifierMixin, BaseEstimator):
         """Decision values: (n,) for two classes, positive for ``classes_[1]``;
         (n, K(K−1)/2) for more, column (i, j) positive for ``classes_[j]``."""
         check_is_fitted(self, "sigmoids_")
-        X = check_array(X, "X")
-        check_n_features(X, self.n_features_in_)
+        X = check_samples(X, getattr(self.estimator, "kernel", None), "X")
+        if X.ndim == 2:
+            check_n_features(X, self.n_features_in_)
         f = np.column_stack([np.ravel(m.decision_function(X)) for m in self.estimators_])
         return f[:, 0] if len(self.classes_) == 2 else f
 

@@ -83,6 +83,7 @@ def log_tail(completed):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(BUILD_TIMEOUT + 60)
 def test_book_builds_without_warnings(book_build):
     completed, html = book_build
     assert completed.returncode == 0, (
@@ -95,6 +96,7 @@ def test_book_builds_without_warnings(book_build):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(BUILD_TIMEOUT + 60)
 def test_pages_load_mathjax_locally_and_nothing_from_a_cdn(book_build):
     completed, built_book = book_build
     if completed.returncode != 0:

@@ -15,13 +15,13 @@ from scipy.optimize import approx_fprime
 
 from kernelref import GaussianProcessClassifier, GaussianProcessRegressor, KernelPCA, KernelRidge
 from kernelref.kernels import RBF, Kernel, Linear, mercer_check
-from kernelref.rvm import RVR
+from kernelref.rvm import RVC, RVR
 from kernelref.structured import (
     BagOfWordsKernel, DensityProductKernel, DiffusionKernel, DiscreteHMM, FisherKernel,
     GaussianMixture, Graph, IntersectionKernel, MarginalisedHMMKernel, MeanEmbeddingKernel,
     MixtureKernel, MMDGaussianKernel, RandomWalkKernel, SmithWatermanScore, SpectrumKernel,
     SubsetKernel, diffusion_matrix, empirical_fisher, fisher_scores, negative_laplacian)
-from kernelref.svm import SVC
+from kernelref.svm import SVC, PlattCalibrated
 
 HMM = DiscreteHMM(start=[0.6, 0.4], transition=[[0.7, 0.3], [0.2, 0.8]],
                   emission=[[0.5, 0.4, 0.1], [0.1, 0.3, 0.6]])
@@ -290,6 +290,26 @@ def test_kpca_and_rvr_on_sets_equal_precomputed():
     rvr_pre = RVR(kernel="precomputed").fit(K, t)
     np.testing.assert_array_equal(rvr.relevance_, rvr_pre.relevance_)
     np.testing.assert_allclose(rvr.predict(sets[:4]), rvr_pre.predict(K[:4]), rtol=1e-10)
+
+
+def test_rvc_on_strings_equals_precomputed():
+    X, y = sequence_data()
+    k = SpectrumKernel(2) + 1.0
+    rvc = RVC(kernel=k).fit(list(X), y)
+    rvc_pre = RVC(kernel="precomputed").fit(k(X), y)
+    np.testing.assert_array_equal(rvc.relevance_, rvc_pre.relevance_)
+    np.testing.assert_allclose(rvc.predict_proba(X[:5]), rvc_pre.predict_proba(k(X[:5], X)),
+                               rtol=1e-10)
+    assert not hasattr(rvc, "n_features_in_")
+
+
+def test_calibrated_svc_on_strings_gives_probabilities():
+    X, y = sequence_data()
+    model = PlattCalibrated(SVC(C=1.0, kernel=SpectrumKernel(2) + 1.0), cv=3,
+                            random_state=0).fit(list(X), y)
+    P = model.predict_proba(X[:6])
+    np.testing.assert_allclose(P.sum(axis=1), 1.0)
+    assert ((P > 0) & (P < 1)).all() and not hasattr(model, "n_features_in_")
 
 
 def test_gaussian_processes_on_graph_nodes_equal_a_gram_lookup():
