@@ -8,9 +8,7 @@ import numbers
 
 import numpy as np
 
-
-class NotFittedError(ValueError, AttributeError):
-    """An estimator was used before ``fit``."""
+from kernelref.exceptions import NotFittedError  # noqa: F401  (raised here, and importable from here)
 
 
 def check_array(X, name="X", *, min_samples=1):
@@ -126,6 +124,15 @@ def check_positive(value, name, *, meaning=""):
         extra = f" {meaning}" if meaning else ""
         raise ValueError(f"{name} must be a finite number > 0; got {value!r}.{extra}")
     return value
+
+
+def check_integer(value, name, *, low=1, meaning=""):
+    """Return `value` as an int after checking it is an integer ≥ `low` (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+        wanted = "a positive integer" if low == 1 else f"an integer ≥ {low}"
+        extra = f" {meaning}" if meaning else ""
+        raise ValueError(f"{name} must be {wanted}; got {value!r}.{extra}")
+    return int(value)
 
 
 def check_n_features(X, n_features, name="X"):

@@ -19,7 +19,6 @@ Machine Learning* (GPML), 2006, Algorithm 2.1 (p. 19) and eq. 5.9 (p. 114).
 """
 
 import copy
-import numbers
 import warnings
 
 import numpy as np
@@ -28,17 +27,18 @@ from scipy.linalg.lapack import dpotri
 from scipy.optimize import minimize
 
 from kernelref._validation import (
-    check_is_fitted, check_n_features, check_positive, check_samples, check_targets,
-    record_n_features)
+    check_integer, check_is_fitted, check_n_features, check_positive, check_samples,
+    check_targets, record_n_features)
 from kernelref.base import BaseEstimator, RegressorMixin
+from kernelref.exceptions import ConvergenceWarning
 # The classifier lives in its own module; it is re-exported so that both GP
 # estimators are found in kernelref.gp, as scikit-learn's are in sklearn.gaussian_process.
 from kernelref.gp_classify import GaussianProcessClassifier
 from kernelref.kernels import RBF, Kernel
 
-__all__ = ["ConvergenceWarning", "GaussianProcessClassifier", "GaussianProcessRegressor", "NotPositiveDefiniteError",
-           "factorise", "log_marginal_likelihood", "lml_gradient", "sample_gaussian",
-           "sample_prior"]
+__all__ = ["ConvergenceWarning", "GaussianProcessClassifier", "GaussianProcessRegressor",
+           "NotPositiveDefiniteError", "factorise", "log_marginal_likelihood", "lml_gradient",
+           "sample_gaussian", "sample_prior"]
 
 LOG_2PI = np.log(2.0 * np.pi)
 
@@ -46,10 +46,6 @@ LOG_2PI = np.log(2.0 * np.pi)
 class NotPositiveDefiniteError(ValueError):
     """K/σ² + I has no Cholesky factor: the kernel is not PSD on the data, or
     σ² is too small to cover the rounding errors of K."""
-
-
-class ConvergenceWarning(UserWarning):
-    """The optimiser of the evidence stopped without meeting its tolerance."""
 
 
 def factorise(K, noise):
@@ -198,9 +194,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             "as 1e-10 for noise-free targets."))
         if self.optimizer not in ("L-BFGS-B", None):
             raise ValueError(f"optimizer must be 'L-BFGS-B' or None; got {self.optimizer!r}.")
-        if (isinstance(self.n_restarts, bool) or not isinstance(self.n_restarts, numbers.Integral)
-                or self.n_restarts < 0):
-            raise ValueError(f"n_restarts must be an integer >= 0; got {self.n_restarts!r}.")
+        check_integer(self.n_restarts, "n_restarts", low=0)
         if self.optimizer is not None and kernel.theta.size:
             bounds = kernel.bounds      # raises for bounds that are not 0 < low <= high
             if self.n_restarts > 0 and not np.isfinite(bounds).all():

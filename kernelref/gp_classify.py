@@ -21,8 +21,8 @@ from scipy.linalg import LinAlgError, cho_solve, cholesky, solve_triangular
 from scipy.optimize import minimize
 
 from kernelref._validation import (
-    check_binary_labels, check_classification_targets, check_is_fitted, check_n_features,
-    check_samples, record_n_features)
+    check_binary_labels, check_classification_targets, check_integer, check_is_fitted,
+    check_n_features, check_samples, record_n_features)
 from kernelref.base import BaseEstimator, ClassifierMixin
 from kernelref.kernels import RBF, Kernel
 from kernelref.laplace import (
@@ -260,10 +260,8 @@ class GaussianProcessClassifier(ClassifierMixin, BaseEstimator):
         if not (self.optimizer is None or self.optimizer == "L-BFGS-B" or callable(self.optimizer)):
             raise ValueError(
                 f"optimizer must be 'L-BFGS-B', a callable or None; got {self.optimizer!r}.")
-        for name, low in (("n_restarts", 0), ("max_iter_predict", 1)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}; got {value!r}.")
+        check_integer(self.n_restarts, "n_restarts", low=0)
+        check_integer(self.max_iter_predict, "max_iter_predict")
         if (isinstance(self.jitter, bool) or not isinstance(self.jitter, numbers.Real)
                 or not np.isfinite(self.jitter) or self.jitter < 0):
             raise ValueError(

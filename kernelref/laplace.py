@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kernelref.exceptions import ConvergenceWarning
+
 __all__ = ["ConvergenceWarning", "NewtonResult", "damped_newton", "likelihood_curvature",
            "log_likelihood", "log_likelihood_gradient", "log_likelihood_third_derivative",
            "sigmoid"]
@@ -46,10 +48,6 @@ ROUNDING = 1e-11
 #: was about 1e-6 from the maximum) its end is within about 1e-12: the mode
 #: is then accurate enough for finite differences of the evidence.
 TOL = 1e-12
-
-
-class ConvergenceWarning(UserWarning):
-    """An iterative fit stopped at its iteration limit before converging."""
 
 
 def sigmoid(f):

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve, eigh
 
+from kernelref.exceptions import ConvergenceWarning
+
 __all__ = [
     "DEFAULT_MAX_ITER", "DEFAULT_TOL", "CGResult", "ConvergenceWarning", "StreamedGram",
     "WoodburyPreconditioner", "conjugate_gradients", "nystrom_factor", "pivoted_cholesky"]
@@ -49,10 +51,6 @@ PIVOT_RTOL = 1e-12
 #: Nyström drops eigen-directions of K_SS below this fraction of its largest
 #: eigenvalue: they are rounding noise and K_SS^(-1/2) would amplify them.
 NYSTROM_RCOND = 1e-10
-
-
-class ConvergenceWarning(UserWarning):
-    """Conjugate gradients stopped at the iteration cap before reaching ``tol``."""
 
 
 @dataclass

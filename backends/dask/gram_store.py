@@ -25,7 +25,7 @@ import uuid
 import numpy as np
 
 from backends.dask.blocks import batches, block_slice, lower_blocks, n_blocks, write_blocks
-from kernelref._validation import check_array
+from kernelref._validation import check_array, check_integer
 from kernelref.kernels import Kernel
 
 FORMAT = "kernelref.gram_store"
@@ -257,10 +257,7 @@ def _check_kernel(kernel):
 
 
 def _check_chunk_size(chunk_size):
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) \
-            or chunk_size < 1:
-        raise ValueError(f"chunk_size must be a positive integer; got {chunk_size!r}.")
-    return int(chunk_size)
+    return check_integer(chunk_size, "chunk_size", meaning="It is the edge of the square blocks.")
 
 
 def _is_gram_store(path):

@@ -30,19 +30,13 @@ from backends.dask import cg as _cg
 from backends.dask.cluster import get_client
 from backends.dask.gram_store import COMPRESSORS, GramStore
 from backends.dask.linalg import create_factor, tiled_cho_solve, tiled_cholesky
-from kernelref._validation import check_positive
+from kernelref._validation import check_integer, check_positive
 from kernelref.ridge import KernelRidge as ReferenceKernelRidge
 
 __all__ = ["KernelRidge"]
 
 SOLVERS = ("cholesky", "cg")
 PRECONDITIONERS = ("pivoted_cholesky", "nystrom", None)
-
-
-def _check_positive_int(value, name, meaning):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{name} must be a positive integer; got {value!r}. {meaning}")
-    return int(value)
 
 
 def _check_choice(value, name, choices):
@@ -118,9 +112,9 @@ class KernelRidge(ReferenceKernelRidge):
                 "Gram matrix is already in memory, so solve it with kernelref.ridge.KernelRidge.")
         _check_choice(self.solver, "solver", SOLVERS)
         _check_choice(self.preconditioner, "preconditioner", PRECONDITIONERS)
-        _check_positive_int(self.chunk_size, "chunk_size", "It is the edge of the Gram tiles.")
-        _check_positive_int(self.rank, "rank", "It is the preconditioner's rank.")
-        _check_positive_int(self.max_iter, "max_iter", "It caps the CG iterations.")
+        check_integer(self.chunk_size, "chunk_size", meaning="It is the edge of the Gram tiles.")
+        check_integer(self.rank, "rank", meaning="It is the preconditioner's rank.")
+        check_integer(self.max_iter, "max_iter", meaning="It caps the CG iterations.")
         tol = check_positive(self.tol, "tol", meaning="It is the relative residual of CG.")
         if tol >= 1:
             raise ValueError(f"tol must be < 1 (a relative residual); got {tol!r}.")

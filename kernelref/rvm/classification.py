@@ -29,8 +29,8 @@ from collections import namedtuple
 import numpy as np
 
 from kernelref._validation import (
-    check_classification_targets, check_is_fitted, check_n_features, check_positive,
-    check_samples, check_square_gram, record_n_features)
+    check_classification_targets, check_integer, check_is_fitted, check_n_features,
+    check_positive, check_samples, check_square_gram, record_n_features)
 from kernelref.base import BaseEstimator, ClassifierMixin
 from kernelref.gp_classify import probit_probability
 from kernelref.kernels import make_kernel
@@ -265,9 +265,7 @@ class RVC(ClassifierMixin, BaseEstimator):
             raise ValueError(f"method must be one of {METHODS}; got {self.method!r}.")
         if self.multi_class not in MULTI_CLASS:
             raise ValueError(f"multi_class must be one of {MULTI_CLASS}; got {self.multi_class!r}.")
-        if isinstance(self.max_iter, bool) or not isinstance(self.max_iter, (int, np.integer)) \
-                or self.max_iter < 1:
-            raise ValueError(f"max_iter must be a positive integer; got {self.max_iter!r}.")
+        check_integer(self.max_iter, "max_iter")
         check_positive(self.tol, "tol", meaning="It bounds the change of log α at convergence.")
         check_positive(self.alpha_max, "alpha_max",
                        meaning="It is the α above which a basis function is pruned; 1e12 is usual.")

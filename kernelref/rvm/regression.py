@@ -13,9 +13,10 @@ import warnings
 import numpy as np
 
 from kernelref._validation import (
-    check_is_fitted, check_n_features, check_positive, check_samples, check_square_gram,
-    check_targets, record_n_features)
+    check_integer, check_is_fitted, check_n_features, check_positive, check_samples,
+    check_square_gram, check_targets, record_n_features)
 from kernelref.base import BaseEstimator, RegressorMixin
+from kernelref.exceptions import ConvergenceWarning
 from kernelref.kernels import make_kernel
 from kernelref.rvm.design import column_scales, design_matrix, initial_beta
 from kernelref.rvm.fast import fast_marginal_likelihood
@@ -30,10 +31,6 @@ ALPHA_MAX = 1e12
 
 METHODS = ("fast", "reestimate", "em")
 UPDATES = ("standard", "accelerated")
-
-
-class ConvergenceWarning(UserWarning):
-    """The evidence maximisation stopped at ``max_iter`` before converging."""
 
 
 class RVR(RegressorMixin, BaseEstimator):
@@ -110,9 +107,7 @@ class RVR(RegressorMixin, BaseEstimator):
             raise ValueError(
                 "update='accelerated' modifies the re-estimation of all α at once; use it "
                 "with method='reestimate' or 'em' (the fast method sets α_i = s_i²/(q_i² − s_i)).")
-        if isinstance(self.max_iter, bool) or not isinstance(self.max_iter, (int, np.integer)) \
-                or self.max_iter < 1:
-            raise ValueError(f"max_iter must be a positive integer; got {self.max_iter!r}.")
+        check_integer(self.max_iter, "max_iter")
         check_positive(self.tol, "tol", meaning="It bounds the change of log α at convergence.")
         check_positive(self.alpha_max, "alpha_max",
                        meaning="It is the α above which a basis function is pruned; 1e12 is usual.")

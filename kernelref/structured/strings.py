@@ -13,7 +13,7 @@ from collections import Counter
 
 import numpy as np
 
-from kernelref._validation import check_positive
+from kernelref._validation import check_integer, check_positive
 from kernelref.structured.base import ObjectKernel
 
 
@@ -63,9 +63,7 @@ class SpectrumKernel(ObjectKernel):
         self.n = n
 
     def _n(self):
-        if isinstance(self.n, bool) or not isinstance(self.n, (int, np.integer)) or self.n < 1:
-            raise ValueError(f"n must be a positive integer (the n-gram length); got {self.n!r}.")
-        return int(self.n)
+        return check_integer(self.n, "n", meaning="It is the n-gram length.")
 
     def check_sample(self, x, name):
         self._n()

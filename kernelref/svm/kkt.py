@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from kernelref._validation import check_array, check_classification_targets, check_targets
+from kernelref._validation import check_classification_targets, check_samples, check_targets
 from kernelref.svm import problems
 from kernelref.svm.multiclass import pairs
 
@@ -100,9 +100,9 @@ def kkt_report(estimator, X, y=None, sample_weight=None):
     Multiclass machines give one report per pair; the returned one holds the largest
     violation and gap, with ``pair_reports`` listing all.
     """
-    from kernelref.svm.estimators import NuSVC, NuSVR, OneClassSVM, SVR, _BaseSVC
+    from kernelref.svm.estimators import NuSVC, OneClassSVM, _BaseSVC
 
-    X = check_array(X, "X")
+    X = check_samples(X, estimator.kernel_, "X")
     K = _gram(estimator, X)
     n = X.shape[0]
     w = np.ones(n) if sample_weight is None else np.asarray(sample_weight, float)

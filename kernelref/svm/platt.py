@@ -27,8 +27,8 @@ import numpy as np
 from scipy.special import expit
 
 from kernelref._validation import (
-    check_classification_targets, check_is_fitted, check_n_features, check_samples,
-    record_n_features)
+    check_classification_targets, check_integer, check_is_fitted, check_n_features,
+    check_samples, record_n_features)
 from kernelref.base import BaseEstimator, ClassifierMixin
 
 __all__ = ["PlattCalibrated", "coupling_matrix", "cross_validated_decision",
@@ -207,9 +207,7 @@ class PlattCalibrated(ClassifierMixin, BaseEstimator):
                 raise TypeError(
                     f"estimator must be a classifier with fit and decision_function; "
                     f"{type(self.estimator).__name__} has no {method}.")
-        if isinstance(self.cv, bool) or not isinstance(self.cv, numbers.Integral) \
-                or self.cv < 2:
-            raise ValueError(f"cv must be an integer ≥ 2 (the number of folds); got {self.cv!r}.")
+        check_integer(self.cv, "cv", low=2, meaning="It is the number of folds.")
         if self.random_state is not None and not isinstance(self.random_state, numbers.Integral):
             raise TypeError(f"random_state must be None or an integer seed; got "
                             f"{self.random_state!r}.")

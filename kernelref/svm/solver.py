@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kernelref.exceptions import ConvergenceWarning
+
 __all__ = ["TAU", "ConvergenceWarning", "IterationInfo", "Solution", "solve"]
 
 # libsvm's τ: the curvature a_ij of a pair is replaced by τ when it is not positive
@@ -29,10 +31,6 @@ TAU = 1e-12
 # below 10·tol so that the last iterations see every variable.
 SHRINK_INTERVAL = 1000
 UNSHRINK_FACTOR = 10.0
-
-
-class ConvergenceWarning(UserWarning):
-    """SMO reached ``max_iter`` before m(α) − M(α) < tol."""
 
 
 @dataclass

@@ -21,7 +21,7 @@ from kernelref.structured import (
     GaussianMixture, Graph, IntersectionKernel, MarginalisedHMMKernel, MeanEmbeddingKernel,
     MixtureKernel, MMDGaussianKernel, RandomWalkKernel, SmithWatermanScore, SpectrumKernel,
     SubsetKernel, diffusion_matrix, empirical_fisher, fisher_scores, negative_laplacian)
-from kernelref.svm import SVC, PlattCalibrated
+from kernelref.svm import SVC, PlattCalibrated, kkt_report
 
 HMM = DiscreteHMM(start=[0.6, 0.4], transition=[[0.7, 0.3], [0.2, 0.8]],
                   emission=[[0.5, 0.4, 0.1], [0.1, 0.3, 0.6]])
@@ -273,6 +273,7 @@ def test_kernel_ridge_and_svc_on_strings_equal_precomputed():
     np.testing.assert_allclose(svc.decision_function(X[:5]),
                                svc_pre.decision_function(K_test), rtol=1e-12)
     assert list(svc.support_vectors_) == list(X[svc.support_])
+    assert kkt_report(svc, list(X), y).max_violation < svc.tol
 
 
 def test_kpca_and_rvr_on_sets_equal_precomputed():
