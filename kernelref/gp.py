@@ -85,7 +85,7 @@ def log_marginal_likelihood(L, alpha, t, noise):
     return float(data_fit + complexity - 0.5 * n_targets * n * LOG_2PI)
 
 
-def lml_gradient(kernel, X, L, alpha, noise):
+def lml_gradient(kernel, X, L, alpha, noise, K=None):
     """∂ log p(t | X)/∂ log θ_j = ½ tr((ααᵀ − (K + σ²I)⁻¹) ∂K/∂ log θ_j)
     (label ``gp-lml-grad``; GPML eq. 5.9).
 
@@ -100,13 +100,13 @@ def lml_gradient(kernel, X, L, alpha, noise):
     # whose strict upper triangle is zero (scipy's cholesky clears it), so
     # B⁻¹ = P + Pᵀ − diag(P).
     P, _ = dpotri(L, lower=True)
+    P *= n_targets / noise                  # in place: P is dpotri's own array
     a = alpha.reshape(len(alpha), -1)
     W = a @ a.T
-    c = n_targets / noise
-    W -= c * P
-    W -= c * P.T
-    W.flat[:: len(W) + 1] += c * np.diag(P)
-    return 0.5 * kernel.gradient_dot(X, W)
+    W -= P
+    W -= P.T
+    W.flat[:: len(W) + 1] += np.diag(P)
+    return 0.5 * kernel.gradient_dot(X, W, K=K)
 
 
 def sample_gaussian(mean, cov, n_samples, rng):
@@ -205,12 +205,15 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
 
     # -- the evidence -------------------------------------------------------------
     def _evidence(self, kernel, X, t, noise, eval_gradient):
-        L = factorise(kernel(X), noise)
+        K = kernel(X)
+        # factorise overwrites its argument; the gradient needs K again, and a
+        # copy (one more n × n array) is cheaper than evaluating the kernel twice.
+        L = factorise(K.copy() if eval_gradient else K, noise)
         alpha = posterior_weights(L, t, noise)
         lml = log_marginal_likelihood(L, alpha, t, noise)
         if not eval_gradient:
             return lml
-        return lml, lml_gradient(kernel, X, L, alpha, noise)
+        return lml, lml_gradient(kernel, X, L, alpha, noise, K=K)
 
     def log_marginal_likelihood(self, theta=None, eval_gradient=False):
         """log p(t | X, θ) (label ``gp-lml``) and, with ``eval_gradient``, its

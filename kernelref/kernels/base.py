@@ -123,12 +123,14 @@ class Kernel(ParamsMixin, abc.ABC):
         terms = list(self._gradient_terms(X))
         return np.array(terms) if terms else np.empty((0, len(X), len(X)))
 
-    def gradient_dot(self, X, W):
+    def gradient_dot(self, X, W, K=None):
         """The contractions Σ_ab W_ab ∂K_ab/∂log θ_j for every j.
 
         Models need only these (the GP evidence gradient is ½ tr(W ∂K)), so
         subclasses may override with an O(n²)-memory form; this default makes
-        one gradient matrix at a time.
+        one gradient matrix at a time. `K`, this kernel's Gram matrix at X when
+        the caller already has it, spares kernels whose gradient is a multiple
+        of K (the Gaussian family, scaled kernels) from computing it again.
         """
         X = X if self.takes_objects else np.asarray(X, dtype=float)
         return np.array([np.vdot(W, G) for G in self._gradient_terms(X)])

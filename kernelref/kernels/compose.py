@@ -61,7 +61,7 @@ class Sum(Kernel):
         yield from self.k1._gradient_terms(X)
         yield from self.k2._gradient_terms(X)
 
-    def gradient_dot(self, X, W):
+    def gradient_dot(self, X, W, K=None):
         return np.concatenate([self.k1.gradient_dot(X, W), self.k2.gradient_dot(X, W)])
 
 
@@ -88,10 +88,11 @@ class Product(Kernel):
         for G in self.k2._gradient_terms(X):
             yield K1 * G
 
-    def gradient_dot(self, X, W):
+    def gradient_dot(self, X, W, K=None):
         # chain rule: Σ W ∘ (∂K1 ∘ K2) = Σ (W ∘ K2) ∘ ∂K1
-        return np.concatenate([self.k1.gradient_dot(X, W * self.k2(X)),
-                               self.k2.gradient_dot(X, W * self.k1(X))])
+        K1, K2 = self.k1(X), self.k2(X)
+        return np.concatenate([self.k1.gradient_dot(X, W * K2, K=K1),
+                               self.k2.gradient_dot(X, W * K1, K=K2)])
 
 
 class Scaled(Kernel):
@@ -119,9 +120,10 @@ class Scaled(Kernel):
         for G in self.kernel._gradient_terms(X):
             yield self.scale * G
 
-    def gradient_dot(self, X, W):
-        own = [np.vdot(W, self(X))] if self._own() else []
-        return np.concatenate([own, self.scale * self.kernel.gradient_dot(X, W)])
+    def gradient_dot(self, X, W, K=None):
+        K1 = self.kernel(X) if K is None else K / self.scale
+        own = [self.scale * np.vdot(W, K1)] if self._own() else []
+        return np.concatenate([own, self.scale * self.kernel.gradient_dot(X, W, K=K1)])
 
 
 class Warped(Kernel):
@@ -153,7 +155,7 @@ class Warped(Kernel):
         for G in self.kernel._gradient_terms(X):
             yield outer * G
 
-    def gradient_dot(self, X, W):
+    def gradient_dot(self, X, W, K=None):
         fX = self._f(X)
         return self.kernel.gradient_dot(X, W * fX[:, None] * fX[None, :])
 
@@ -178,8 +180,9 @@ class Exp(Kernel):
         for G in self.kernel._gradient_terms(X):
             yield E * G
 
-    def gradient_dot(self, X, W):
-        return self.kernel.gradient_dot(X, W * self(X))
+    def gradient_dot(self, X, W, K=None):
+        K1 = self.kernel(X)
+        return self.kernel.gradient_dot(X, W * np.exp(K1), K=K1)
 
 
 class PolynomialOf(Kernel):
@@ -225,8 +228,9 @@ class PolynomialOf(Kernel):
         for G in self.kernel._gradient_terms(X):
             yield slope * G
 
-    def gradient_dot(self, X, W):
-        return self.kernel.gradient_dot(X, W * self._q(self.kernel(X), derivative=True))
+    def gradient_dot(self, X, W, K=None):
+        K1 = self.kernel(X)
+        return self.kernel.gradient_dot(X, W * self._q(K1, derivative=True), K=K1)
 
 
 class Mapped(Kernel):
@@ -253,5 +257,6 @@ class Mapped(Kernel):
     def _gradient_terms(self, X):
         return self.kernel._gradient_terms(self.feature_map(as_2d(X)))
 
-    def gradient_dot(self, X, W):
-        return self.kernel.gradient_dot(self.feature_map(as_2d(X)), W)
+    def gradient_dot(self, X, W, K=None):
+        # k(φ(x), φ(x′)) at X is the inner kernel's Gram at φ(X): K passes through.
+        return self.kernel.gradient_dot(self.feature_map(as_2d(X)), W, K=K)

@@ -38,7 +38,7 @@ class White(Kernel):
         if self._own():
             yield self(X)
 
-    def gradient_dot(self, X, W):
+    def gradient_dot(self, X, W, K=None):
         """Σ_ab W_ab ∂K_ab/∂log σ² = σ² tr W, without forming σ²I."""
         if not self._own():
             return np.empty(0)

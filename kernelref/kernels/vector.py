@@ -206,7 +206,7 @@ class ARD(Kernel):
         for d, gamma_d in enumerate(np.asarray(self.gamma, dtype=float)):
             yield -gamma_d * squared_distances(X[:, d:d + 1]) * K
 
-    def gradient_dot(self, X, W):
+    def gradient_dot(self, X, W, K=None):
         """Σ_ab W_ab ∂K_ab/∂log γ_d for all d in O(n²) memory (label ``kernel-ard-grad``).
 
         With M = W ∘ K, Σ_ab M_ab (x_ad − x_bd)² = x_d²·(M1 + Mᵀ1) − 2 x_dᵀ M x_d,
@@ -215,7 +215,7 @@ class ARD(Kernel):
         if not self.hyperparameters:
             return np.empty(0)
         X = as_2d(X)
-        M = W * self(X)
+        M = W * (self(X) if K is None else K)
         X2 = X ** 2
         quad = X2.T @ M.sum(axis=1) + X2.T @ M.sum(axis=0) - 2.0 * np.einsum("ad,ad->d", M @ X, X)
         gamma = np.broadcast_to(np.asarray(self.gamma, dtype=float), (X.shape[1],))

@@ -86,8 +86,11 @@ def test_log_hyperparameter_gradient_equals_finite_differences(kernel):
 @pytest.mark.parametrize("kernel", GRADIENT_KERNELS, ids=repr)
 def test_gradient_dot_equals_contraction_of_full_gradient(kernel):
     W = rng.normal(size=(len(X), len(X)))
-    np.testing.assert_allclose(kernel.gradient_dot(X, W),
-                               np.einsum("ab,jab->j", W, kernel.gradient(X)), rtol=1e-10, atol=1e-10)
+    expected = np.einsum("ab,jab->j", W, kernel.gradient(X))
+    np.testing.assert_allclose(kernel.gradient_dot(X, W), expected, rtol=1e-10, atol=1e-10)
+    # a caller that already holds K may pass it; the result must not change
+    np.testing.assert_allclose(kernel.gradient_dot(X, W, K=kernel(X)), expected,
+                               rtol=1e-10, atol=1e-10)
 
 
 def test_fixed_bounds_remove_a_hyperparameter():
