@@ -12,7 +12,9 @@ from kernelref.structured.generative import (
 from kernelref.structured.graphs import (
     DiffusionKernel, Graph, RandomWalkKernel, diffusion_matrix, negative_laplacian,
     product_graph)
-from kernelref.structured.hmm import DiscreteHMM, MarginalisedHMMKernel, joint_forward
+from kernelref.structured.hmm import (
+    DiscreteHMM, HMMFisherKernel, MarginalisedHMMKernel, hmm_fisher_scores, joint_forward,
+    posterior_states)
 from kernelref.structured.sets import (
     IntersectionKernel, MeanEmbeddingKernel, MMDGaussianKernel, SubsetKernel)
 from kernelref.structured.strings import (
@@ -20,10 +22,10 @@ from kernelref.structured.strings import (
 
 __all__ = [
     "BagOfWordsKernel", "DensityProductKernel", "DiffusionKernel", "DiscreteHMM",
-    "FisherKernel", "GaussianMixture", "Graph", "IntersectionKernel", "MMDGaussianKernel",
+    "FisherKernel", "GaussianMixture", "Graph", "HMMFisherKernel", "IntersectionKernel", "MMDGaussianKernel",
     "MarginalisedHMMKernel", "MeanEmbeddingKernel", "MixtureKernel", "ObjectKernel",
     "RandomWalkKernel", "SmithWatermanScore", "SpectrumKernel", "SubsetKernel",
     "diffusion_matrix",
-    "empirical_fisher", "fisher_scores", "joint_forward", "negative_laplacian",
-    "ngram_counts", "product_graph",
+    "empirical_fisher", "fisher_scores", "hmm_fisher_scores", "joint_forward", "negative_laplacian",
+    "ngram_counts", "posterior_states", "product_graph",
 ]

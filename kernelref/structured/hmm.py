@@ -18,8 +18,10 @@ multiplies by one.
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
 from kernelref.structured.base import ObjectKernel
+from kernelref.structured.generative import empirical_fisher
 
 #: How far a row of a stochastic matrix may sum from 1 and still be accepted.
 STOCHASTIC_ATOL = 1e-10
@@ -103,3 +105,65 @@ class MarginalisedHMMKernel(ObjectKernel):
 
     def pair(self, x, y):
         return joint_forward(self.hmm, x, y)
+
+
+def posterior_states(hmm, x):
+    """γ_t(j) = p(z_t = j | x) by the scaled forward–backward recursions, shape (T, K),
+    and log p(x) (label ``hmm-forward-backward``)."""
+    T, K = len(x), hmm.n_states
+    e = hmm.emission[:, list(x)].T                      # e_t(j) = B_j(x_t)
+    alpha, c = np.empty((T, K)), np.empty(T)
+    a = hmm.start * e[0]
+    for t in range(T):
+        if t:
+            a = (alpha[t - 1] @ hmm.transition) * e[t]
+        c[t] = a.sum()
+        alpha[t] = a / c[t]                             # α̂_t = p(z_t | x_1..t)
+    beta = np.ones((T, K))
+    for t in range(T - 2, -1, -1):
+        beta[t] = hmm.transition @ (e[t + 1] * beta[t + 1]) / c[t + 1]
+    return alpha * beta, float(np.log(c).sum())
+
+
+def hmm_fisher_scores(hmm, sequences):
+    """g(x) = ∂ log p(x)/∂B_js = Σ_t γ_t(j) [x_t = s] / B_js for every emission
+    probability, shape (n, K·S) (label ``hmm-fisher-score``).
+
+    p(x) is a polynomial in the entries of B, one factor B_j(x_t) per step of a
+    path, so differentiating it entry by entry (each B_js a free parameter, as
+    Jaakkola and Haussler do) counts the expected uses of the entry, divided by it.
+    """
+    G = np.zeros((len(sequences), hmm.n_states, hmm.n_symbols))
+    for n, x in enumerate(sequences):
+        gamma, _ = posterior_states(hmm, x)
+        np.add.at(G[n].T, list(x), gamma)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        G = np.where(hmm.emission > 0, G / hmm.emission, 0.0)
+    return G.reshape(len(sequences), -1)
+
+
+class HMMFisherKernel(MarginalisedHMMKernel):
+    """k(x, x′) = g(x)ᵀ F⁻¹ g(x′) with the HMM's emission scores (label ``fisher-kernel``),
+    F the empirical Fisher information of the reference sequences."""
+
+    def __init__(self, hmm, reference):
+        self.hmm = hmm
+        self.reference = reference
+
+    def _factor(self):
+        G = hmm_fisher_scores(self.hmm, self.samples(self.reference, "reference"))
+        try:
+            return cho_factor(empirical_fisher(G), lower=True)
+        except LinAlgError:
+            raise ValueError(
+                f"the empirical Fisher information of {len(G)} reference sequences over "
+                f"{G.shape[1]} emission probabilities is singular; give more, and more "
+                "varied, reference sequences (every symbol emitted from every state).") from None
+
+    def _gram(self, X, Y, symmetric):
+        G = hmm_fisher_scores(self.hmm, X)
+        H = G if symmetric else hmm_fisher_scores(self.hmm, Y)
+        return G @ cho_solve(self._factor(), H.T)
+
+    def pair(self, x, y):
+        return float(self._gram([x], [y], symmetric=False)[0, 0])

@@ -18,9 +18,10 @@ from kernelref.kernels import RBF, Kernel, Linear, mercer_check
 from kernelref.rvm import RVC, RVR
 from kernelref.structured import (
     BagOfWordsKernel, DensityProductKernel, DiffusionKernel, DiscreteHMM, FisherKernel,
-    GaussianMixture, Graph, IntersectionKernel, MarginalisedHMMKernel, MeanEmbeddingKernel,
-    MixtureKernel, MMDGaussianKernel, RandomWalkKernel, SmithWatermanScore, SpectrumKernel,
-    SubsetKernel, diffusion_matrix, empirical_fisher, fisher_scores, negative_laplacian)
+    GaussianMixture, Graph, HMMFisherKernel, IntersectionKernel, MMDGaussianKernel,
+    MarginalisedHMMKernel, MeanEmbeddingKernel, MixtureKernel, RandomWalkKernel,
+    SmithWatermanScore, SpectrumKernel, SubsetKernel, diffusion_matrix, empirical_fisher,
+    fisher_scores, hmm_fisher_scores, negative_laplacian, posterior_states)
 from kernelref.svm import SVC, PlattCalibrated, kkt_report
 
 HMM = DiscreteHMM(start=[0.6, 0.4], transition=[[0.7, 0.3], [0.2, 0.8]],
@@ -414,3 +415,45 @@ def test_grid_search_tunes_a_kernel_on_strings():
     assert search.best_estimator_.kernel.n == search.best_params_["kernel__n"]
     assert search.best_estimator_.kernel_.takes_objects
     assert len(search.cv_results_["mean_test_score"]) == 2
+
+
+def test_hmm_fisher_scores_are_the_gradient_of_the_enumerated_log_likelihood():
+    hmm = DiscreteHMM([0.6, 0.4], [[0.7, 0.3], [0.2, 0.8]], [[0.5, 0.4, 0.1], [0.1, 0.3, 0.6]])
+    x = [0, 2, 1, 2, 2]
+
+    def log_p(B):
+        """log Σ_z p(x, z) by enumerating the 2^5 hidden paths, B's entries free."""
+        total = 0.0
+        for z in itertools.product(range(2), repeat=len(x)):
+            p = hmm.start[z[0]] * B[z[0], x[0]]
+            for t in range(1, len(x)):
+                p *= hmm.transition[z[t - 1], z[t]] * B[z[t], x[t]]
+            total += p
+        return np.log(total)
+
+    numeric = approx_fprime(hmm.emission.ravel(), lambda b: log_p(b.reshape(2, 3)), 1e-7)
+    np.testing.assert_allclose(hmm_fisher_scores(hmm, [x])[0], numeric, rtol=1e-5, atol=1e-6)
+    gamma, log_likelihood = posterior_states(hmm, x)
+    np.testing.assert_allclose(log_likelihood, log_p(hmm.emission), rtol=1e-13)
+    np.testing.assert_allclose(gamma.sum(axis=1), 1.0, rtol=1e-13)
+
+
+def test_hmm_fisher_kernel_is_psd_and_invariant_to_log_parameters():
+    hmm = DiscreteHMM([0.6, 0.4], [[0.7, 0.3], [0.2, 0.8]], [[0.5, 0.4, 0.1], [0.1, 0.3, 0.6]])
+    rng = np.random.default_rng(0)
+    reference = [list(rng.integers(0, 3, size=rng.integers(3, 8))) for _ in range(60)]
+    k = HMMFisherKernel(hmm, reference)
+    sequences = reference[:12]
+    assert mercer_check(k, sequences).is_psd
+    # in log B the scores are B ∘ g and F becomes D F D with D = diag(B): k is unchanged
+    G, G_ref = hmm_fisher_scores(hmm, sequences), hmm_fisher_scores(hmm, reference)
+    D = hmm.emission.ravel()
+    log_scores, log_ref = G * D, G_ref * D
+    K_log = log_scores @ np.linalg.solve(log_ref.T @ log_ref / len(log_ref), log_scores.T)
+    np.testing.assert_allclose(k(sequences), K_log, rtol=1e-9, atol=1e-9)
+
+
+def test_hmm_fisher_kernel_refuses_a_singular_information_matrix():
+    hmm = DiscreteHMM([0.6, 0.4], [[0.7, 0.3], [0.2, 0.8]], [[0.5, 0.4, 0.1], [0.1, 0.3, 0.6]])
+    with pytest.raises(ValueError, match="singular"):
+        HMMFisherKernel(hmm, [[0, 1], [1, 0]])([[0, 1, 2]])
