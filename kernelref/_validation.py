@@ -152,6 +152,14 @@ def check_is_fitted(estimator, attribute):
         )
 
 
+def check_training_samples(X, kernel, name="X"):
+    """The training samples as an estimator's `kernel` takes them (``check_samples``),
+    or, for ``kernel="precomputed"``, the square training Gram matrix."""
+    if isinstance(kernel, str) and kernel == "precomputed":
+        return check_square_gram(X, name)
+    return check_samples(X, kernel, name)
+
+
 def check_square_gram(K, name="K"):
     """Check a precomputed training Gram matrix: 2-D, square and finite."""
     K = check_array(K, name)

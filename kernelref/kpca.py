@@ -21,7 +21,8 @@ from scipy.linalg import eigh
 from scipy.sparse.linalg import eigsh
 
 from kernelref._validation import (
-    check_is_fitted, check_n_features, check_samples, check_square_gram, record_n_features)
+    check_is_fitted, check_n_features, check_samples, check_training_samples,
+    record_n_features)
 from kernelref.base import BaseEstimator
 from kernelref.kernels import make_kernel
 
@@ -97,10 +98,7 @@ class KernelPCA(BaseEstimator):
         self.random_state = random_state
 
     def _validate(self, X):
-        if isinstance(self.kernel, str) and self.kernel == "precomputed":
-            X = check_square_gram(X, "X")
-        else:
-            X = check_samples(X, self.kernel, "X")
+        X = check_training_samples(X, self.kernel)
         n = X.shape[0]
         if self.n_components is not None and (
                 isinstance(self.n_components, bool)

@@ -11,8 +11,8 @@ import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve, solve
 
 from kernelref._validation import (
-    check_is_fitted, check_n_features, check_positive, check_samples, check_square_gram,
-    check_targets, record_n_features)
+    check_is_fitted, check_n_features, check_positive, check_samples, check_targets,
+    check_training_samples, record_n_features)
 from kernelref.base import BaseEstimator, RegressorMixin
 from kernelref.kernels import make_kernel
 from kernelref.nadaraya_watson import NadarayaWatson
@@ -86,10 +86,7 @@ class KernelRidge(RegressorMixin, BaseEstimator):
     def _validate(self, X, y):
         lam = check_positive(self.lam, "lam", meaning="It is the ridge penalty λ; "
                              "use a small positive value such as 1e-8 to nearly interpolate.")
-        if isinstance(self.kernel, str) and self.kernel == "precomputed":
-            X = check_square_gram(X, "X")
-        else:
-            X = check_samples(X, self.kernel, "X")
+        X = check_training_samples(X, self.kernel)
         t = check_targets(y, X.shape[0], "y")
         kernel = make_kernel(self.kernel, X, self.gamma, self.degree, self.coef0)
         return lam, X, t, kernel

@@ -29,13 +29,14 @@ from collections import namedtuple
 import numpy as np
 
 from kernelref._validation import (
-    check_classification_targets, check_integer, check_is_fitted, check_n_features,
-    check_positive, check_samples, check_square_gram, record_n_features)
+    check_classification_targets, check_is_fitted, check_n_features,
+    check_samples, check_training_samples, record_n_features)
 from kernelref.base import BaseEstimator, ClassifierMixin
+from kernelref.exceptions import ConvergenceWarning
 from kernelref.gp_classify import probit_probability
 from kernelref.kernels import make_kernel
-from kernelref.laplace import ConvergenceWarning, damped_newton, likelihood_curvature, log_likelihood
-from kernelref.rvm.design import column_scales, design_matrix, posterior
+from kernelref.laplace import damped_newton, likelihood_curvature, log_likelihood
+from kernelref.rvm.design import check_evidence_settings, column_scales, design_matrix, posterior
 from kernelref.rvm.fast import fast_marginal_likelihood
 from kernelref.rvm.reestimate import GAMMA_MIN, gamma_factors, initial_alpha, reestimate_alpha
 from kernelref.rvm.regression import ALPHA_MAX
@@ -265,14 +266,8 @@ class RVC(ClassifierMixin, BaseEstimator):
             raise ValueError(f"method must be one of {METHODS}; got {self.method!r}.")
         if self.multi_class not in MULTI_CLASS:
             raise ValueError(f"multi_class must be one of {MULTI_CLASS}; got {self.multi_class!r}.")
-        check_integer(self.max_iter, "max_iter")
-        check_positive(self.tol, "tol", meaning="It bounds the change of log α at convergence.")
-        check_positive(self.alpha_max, "alpha_max",
-                       meaning="It is the α above which a basis function is pruned; 1e12 is usual.")
-        if isinstance(self.kernel, str) and self.kernel == "precomputed":
-            X = check_square_gram(X, "X")
-        else:
-            X = check_samples(X, self.kernel, "X")
+        check_evidence_settings(self)
+        X = check_training_samples(X, self.kernel)
         classes, y_index = check_classification_targets(y, X.shape[0], "y")
         kernel = make_kernel(self.kernel, X, self.gamma, self.degree, self.coef0)
         return X, classes, y_index, kernel

@@ -17,8 +17,10 @@ from collections import namedtuple
 import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve, solve_triangular
 
-__all__ = ["NOISE_FRACTION_INIT", "Posterior", "column_scales", "design_matrix",
-           "initial_beta", "log_evidence", "posterior"]
+from kernelref._validation import check_integer, check_positive
+
+__all__ = ["NOISE_FRACTION_INIT", "Posterior", "check_evidence_settings", "column_scales",
+           "design_matrix", "initial_beta", "log_evidence", "posterior"]
 
 #: The noise standard deviation starts at this fraction of the targets' (SparseBayes's
 #: GAUSSIAN_SNR_INIT): a guess that the signal dominates, corrected by the first
@@ -28,6 +30,15 @@ NOISE_FRACTION_INIT = 0.1
 #: A Gaussian posterior over the weights of the basis functions in the model.
 #: ``L`` is the lower Cholesky factor of the precision Σ⁻¹ = A + βΦᵀΦ.
 Posterior = namedtuple("Posterior", "mu Sigma L log_evidence")
+
+
+def check_evidence_settings(estimator):
+    """Check the settings every RVM estimator shares: the iteration cap, the
+    convergence tolerance and the pruning bound on α."""
+    check_integer(estimator.max_iter, "max_iter")
+    check_positive(estimator.tol, "tol", meaning="It bounds the change of log α at convergence.")
+    check_positive(estimator.alpha_max, "alpha_max",
+                   meaning="It is the α above which a basis function is pruned; 1e12 is usual.")
 
 
 def design_matrix(kernel, X, X_basis, bias):

@@ -13,12 +13,13 @@ import warnings
 import numpy as np
 
 from kernelref._validation import (
-    check_integer, check_is_fitted, check_n_features, check_positive, check_samples,
-    check_square_gram, check_targets, record_n_features)
+    check_is_fitted, check_n_features, check_samples,
+    check_targets, check_training_samples, record_n_features)
 from kernelref.base import BaseEstimator, RegressorMixin
 from kernelref.exceptions import ConvergenceWarning
 from kernelref.kernels import make_kernel
-from kernelref.rvm.design import column_scales, design_matrix, initial_beta
+from kernelref.rvm.design import (
+    check_evidence_settings, column_scales, design_matrix, initial_beta)
 from kernelref.rvm.fast import fast_marginal_likelihood
 from kernelref.rvm.reestimate import initial_alpha, reestimate
 
@@ -107,14 +108,8 @@ class RVR(RegressorMixin, BaseEstimator):
             raise ValueError(
                 "update='accelerated' modifies the re-estimation of all α at once; use it "
                 "with method='reestimate' or 'em' (the fast method sets α_i = s_i²/(q_i² − s_i)).")
-        check_integer(self.max_iter, "max_iter")
-        check_positive(self.tol, "tol", meaning="It bounds the change of log α at convergence.")
-        check_positive(self.alpha_max, "alpha_max",
-                       meaning="It is the α above which a basis function is pruned; 1e12 is usual.")
-        if isinstance(self.kernel, str) and self.kernel == "precomputed":
-            X = check_square_gram(X, "X")
-        else:
-            X = check_samples(X, self.kernel, "X")
+        check_evidence_settings(self)
+        X = check_training_samples(X, self.kernel)
         t = check_targets(y, X.shape[0], "y")
         if t.ndim != 1:
             raise ValueError(f"y must be 1-D (one target per sample); got shape {t.shape}. "

@@ -21,7 +21,7 @@ from scipy.optimize import linprog
 
 from kernelref._validation import (
     check_classification_targets, check_is_fitted, check_n_features, check_samples,
-    check_square_gram, check_targets, record_n_features)
+    check_targets, check_training_samples, record_n_features)
 from kernelref.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from kernelref.kernels import make_kernel
 from kernelref.svm import problems
@@ -60,9 +60,7 @@ class _BaseSVM(BaseEstimator):
                              f"got {self.gamma!r}.")
 
     def _validate_X(self, X):
-        if isinstance(self.kernel, str) and self.kernel == "precomputed":
-            return check_square_gram(X, "X")
-        return check_samples(X, self.kernel, "X")
+        return check_training_samples(X, self.kernel)
 
     def _sample_weight(self, sample_weight, n):
         if sample_weight is None:
