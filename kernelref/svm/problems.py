@@ -119,14 +119,18 @@ def dual_objective(qp, K, alpha):
     return float(0.5 * alpha @ (gradient(qp, K, alpha) + qp.p))
 
 
+#: The row cache grows in blocks of about this size, each mapped in one call.
+CACHE_BLOCK_BYTES = 64 * 2**20
+
+
 def _prefaulted(shape):
     """An uninitialised float64 array whose memory is mapped in one call.
 
     Memory from ``np.empty`` is mapped page by page on first write, and each
     4 KiB fault is a trap: filling the row cache of a 10 000-point problem that
     way cost about 1.3 s here, more than the kernel rows themselves, while
-    mapping the whole cache at once with MAP_POPULATE took 0.3 s. Where the
-    flag does not exist (not Linux), this is ``np.empty``.
+    mapping it with MAP_POPULATE took 0.3 s. Where the flag does not exist (not
+    Linux), this is ``np.empty``.
     """
     size = int(np.prod(shape)) * 8
     if size == 0 or not hasattr(mmap, "MAP_POPULATE"):
@@ -140,28 +144,31 @@ class KernelRows:
 
     ``kernel`` is a kernel object, or ``"precomputed"`` with `X` the Gram matrix.
     SMO touches only the rows of the variables it moves, so computing rows on
-    demand costs less than building the whole matrix first.
+    demand costs less than building the whole matrix first. Rows take the cache
+    slots in the order they are first asked for, and the cache grows by blocks
+    of ``CACHE_BLOCK_BYTES`` mapped at once (``_prefaulted``), so only the memory
+    of rows actually used is ever mapped. When the cache holds fewer than N rows
+    the oldest slot is reused.
     """
 
     def __init__(self, kernel, X, cache_bytes=ROW_CACHE_BYTES):
         self.kernel, self.X = kernel, X
         n = X.shape[0]
-        if isinstance(kernel, str):
+        self.n_computed = 0
+        self._precomputed = isinstance(kernel, str)
+        if self._precomputed:
             self.diag = np.ascontiguousarray(np.diag(X))
-            self._store, self._have, self._capacity = X, np.ones(n, bool), n
-            self._slot, self.n_computed = None, 0
             return
         self.diag = np.asarray(kernel.diag(X), dtype=float)
         self._capacity = int(min(n, max(2, cache_bytes // (8 * n))))
-        self._store = _prefaulted((self._capacity, n))
-        self._have = np.zeros(n, bool)
-        self._slot = np.full(n, -1) if self._capacity < n else None
+        self._block_rows = max(1, CACHE_BLOCK_BYTES // (8 * n))
+        self._blocks = []
+        self._slot = np.full(n, -1)
         self._next_slot = 0
         self._fast_rbf = type(kernel) is RBF
         if self._fast_rbf:
             self._Xt = np.ascontiguousarray(X.T)
             self._gamma_norms = kernel.gamma * np.einsum("ij,ij->i", X, X)
-        self.n_computed = 0
 
     def _compute(self, n, out):
         if self._fast_rbf:
@@ -176,21 +183,29 @@ class KernelRows:
             out[:] = self.kernel(self.X[n:n + 1], self.X)[0]
         self.n_computed += 1
 
+    def _slot_row(self, slot):
+        """The cache's storage for `slot`, mapping one more block when needed."""
+        block, offset = divmod(slot, self._block_rows)
+        while len(self._blocks) <= block:
+            rows = min(self._block_rows, self._capacity - len(self._blocks) * self._block_rows)
+            self._blocks.append(_prefaulted((rows, len(self.diag))))
+        return self._blocks[block][offset]
+
     def row(self, n):
         """k(x_n, x_m) for every training sample m. Do not write to it."""
-        if self._slot is None:
-            if not self._have[n]:
-                self._compute(n, self._store[n])
-                self._have[n] = True
-            return self._store[n]
+        if self._precomputed:
+            return self.X[n]
         if self._slot[n] < 0:
             slot = self._next_slot
             self._next_slot = (slot + 1) % self._capacity
-            self._slot[self._slot == slot] = -1
-            self._compute(n, self._store[slot])
+            if self._capacity < len(self._slot):
+                self._slot[self._slot == slot] = -1
+            self._compute(n, self._slot_row(slot))
             self._slot[n] = slot
-        # A copy: the slot may be overwritten by the next row requested.
-        return self._store[self._slot[n]].copy()
+        stored = self._slot_row(self._slot[n])
+        # With a full-size cache a row is never overwritten; otherwise the slot may
+        # be reused by the next row requested, so hand out a copy.
+        return stored if self._capacity == len(self._slot) else stored.copy()
 
     def weighted_sum(self, coef):
         """Σ_n coef_n k(x_n, ·) over the nonzero coef_n: K @ coef, row by row."""
