@@ -146,6 +146,18 @@ def empirical_fisher(G):
     return G.T @ G / len(G)
 
 
+def fisher_factor(G, what):
+    """The Cholesky factor of the empirical Fisher information of the reference
+    scores G; `what` names the reference samples in the error when F is singular."""
+    try:
+        return cho_factor(empirical_fisher(G), lower=True)
+    except LinAlgError:
+        raise ValueError(
+            f"the empirical Fisher information of {len(G)} reference {what} over "
+            f"{G.shape[1]} parameters is singular; give more, and more varied, reference "
+            f"{what} than there are parameters.") from None
+
+
 class FisherKernel(Kernel):
     """k(x, x′) = g(x)ᵀ F⁻¹ g(x′) (label ``fisher-kernel``), with F the empirical
     Fisher information of the scores on the reference sample ``X_ref``."""
@@ -157,14 +169,7 @@ class FisherKernel(Kernel):
 
     def _factor(self):
         X_ref = check_array(self.X_ref, "X_ref")
-        G = fisher_scores(self.mixture, X_ref, self.parameters)
-        try:
-            return cho_factor(empirical_fisher(G), lower=True)
-        except LinAlgError:
-            raise ValueError(
-                f"the empirical Fisher information of {len(X_ref)} reference points over "
-                f"{G.shape[1]} parameters is singular; give X_ref more (and more varied) "
-                "points than parameters.") from None
+        return fisher_factor(fisher_scores(self.mixture, X_ref, self.parameters), "points")
 
     def __call__(self, X, Y=None):
         G = fisher_scores(self.mixture, X, self.parameters)

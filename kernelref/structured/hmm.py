@@ -18,10 +18,10 @@ multiplies by one.
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.linalg import LinAlgError, cho_factor, cho_solve
+from scipy.linalg import cho_solve
 
 from kernelref.structured.base import ObjectKernel
-from kernelref.structured.generative import empirical_fisher
+from kernelref.structured.generative import fisher_factor
 
 #: How far a row of a stochastic matrix may sum from 1 and still be accepted.
 STOCHASTIC_ATOL = 1e-10
@@ -152,18 +152,17 @@ class HMMFisherKernel(MarginalisedHMMKernel):
 
     def _factor(self):
         G = hmm_fisher_scores(self.hmm, self.samples(self.reference, "reference"))
-        try:
-            return cho_factor(empirical_fisher(G), lower=True)
-        except LinAlgError:
-            raise ValueError(
-                f"the empirical Fisher information of {len(G)} reference sequences over "
-                f"{G.shape[1]} emission probabilities is singular; give more, and more "
-                "varied, reference sequences (every symbol emitted from every state).") from None
+        return fisher_factor(G, "sequences")
 
     def _gram(self, X, Y, symmetric):
         G = hmm_fisher_scores(self.hmm, X)
         H = G if symmetric else hmm_fisher_scores(self.hmm, Y)
         return G @ cho_solve(self._factor(), H.T)
+
+    def diag(self, X):
+        # One factorisation of F for all samples, not one per pair.
+        G = hmm_fisher_scores(self.hmm, self.samples(X, "X"))
+        return np.einsum("np,pn->n", G, cho_solve(self._factor(), G.T))
 
     def pair(self, x, y):
         return float(self._gram([x], [y], symmetric=False)[0, 0])
