@@ -16,25 +16,47 @@ q_i come from S_i = φ_iᵀC⁻¹φ_i and Q_i = φ_iᵀC⁻¹t of the current mo
 Numerics and choices. Basis functions are scaled to unit norm (as SparseBayes
 does); α is mapped back to the user's scale at the end: if φ̃ = φ/c then
 w = w̃/c and α = α̃c². (SparseBayes divides by c² instead, returning α on the
-wrong scale.) The columns Φᵀφ_j of the basis functions in the model are cached;
-Σ, μ, S and Q are recomputed each iteration from a Cholesky factor of the M×M
-posterior precision rather than by rank-one updates: with M basis functions
-in the model and P candidates that costs O(PM² + M³), below the O(NP) product
-Φᵀφ_j that an addition needs anyway (rank-one updates pay it too) while
-M ≪ √N, and no rounding error accumulates over thousands of updates.
+wrong scale.)
+
+S_i and Q_i, the posterior and the evidence are computed in orthonormal
+coordinates of the model's span (`kernelref.rvm.coordinates`), not by the Woodbury
+form, which cancels catastrophically on nearly collinear columns. For a basis
+function in the model, s_i and q_i follow from whichever of two exact forms
+does not cancel (`sparsity_quality`).
 """
 
 from collections import namedtuple
 
 import numpy as np
 
-from kernelref.rvm.design import initial_beta, posterior
-from kernelref.rvm.reestimate import gamma_factors, reestimate_beta
+from kernelref.rvm.coordinates import (
+    add_coordinate,
+    coordinate_posterior,
+    drop_coordinate,
+    orthonormal_coordinates,
+    span_residual,
+    stable_SQ,
+)
+from kernelref.rvm.design import initial_beta
+from kernelref.rvm.reestimate import gamma_factors
 
 __all__ = [
-    "ALIGNMENT_MAX", "BETA_MAX_FACTOR", "BETA_UPDATE_FREQUENCY", "BETA_UPDATE_START",
-    "FastResult", "INIT_ALPHA_MAX", "MIN_DELTA_LOG_BETA", "ZERO_FACTOR", "ell",
-    "fast_marginal_likelihood", "optimal_alpha", "sparsity_quality"]
+    "ALIGNMENT_MAX",
+    "BETA_MAX_FACTOR",
+    "BETA_SCHEDULES",
+    "BETA_UPDATE_FREQUENCY",
+    "BETA_UPDATE_START",
+    "INIT_ALPHA_MAX",
+    "MIN_DELTA_LOG_BETA",
+    "SPAN_RESIDUAL_MIN",
+    "ZERO_FACTOR",
+    "FastResult",
+    "ell",
+    "fast_marginal_likelihood",
+    "fast_regression",
+    "optimal_alpha",
+    "sparsity_quality",
+]
 
 # Defaults of SparseBayes 2.0 (SB2_ControlSettings, SB2_Initialisation).
 #: q_i² − s_i at or below this counts as zero: the basis function is out.
@@ -52,8 +74,15 @@ BETA_MAX_FACTOR = 1e6
 #: in the model is (nearly) a copy of it and is not added: it would make the
 #: posterior precision singular without changing the model.
 ALIGNMENT_MAX = 1 - 1e-3
+#: A candidate whose unit-norm column lies within this squared distance of the span
+#: of the model's columns is not added either: below it the new direction
+#: (I − UUᵀ)φ_i is mostly rounding error.
+SPAN_RESIDUAL_MIN = 1e-10
 #: The starting α of the first basis function when q² ≤ s for it.
 INIT_ALPHA_MAX = 1e3
+
+#: How β is learnt alongside α (see `fast_regression`).
+BETA_SCHEDULES = ("both", "update", "hold")
 
 #: ``active`` indexes the columns of Φ in the model; ``alpha`` (user scale), ``mu``,
 #: ``Sigma`` belong to them; ``evidence`` is the log evidence after each iteration;
@@ -64,16 +93,30 @@ FastResult = namedtuple(
     "active alpha beta mu Sigma gamma log_evidence evidence actions n_iter converged")
 
 
-def sparsity_quality(S, Q, alpha):
+def sparsity_quality(S, Q, alpha, Sigma_diag=None, mu=None):
     """s_i, q_i from S_i, Q_i (label ``rvm-sq``).
 
-    For a basis function in the model (finite α_i), s_i = α_iS_i/(α_i − S_i) and
-    q_i = α_iQ_i/(α_i − S_i); for one outside it (α_i = ∞) s_i = S_i, q_i = Q_i.
+    For a basis function outside the model (α_i = ∞) s_i = S_i, q_i = Q_i; for
+    one inside it s_i = α_iS_i/(α_i − S_i) and q_i = α_iQ_i/(α_i − S_i). Where
+    s_i > α_i (the data pin w_i down) α_i − S_i = α_i²/(α_i + s_i) cancels; given
+    the posterior (Σ_ii and μ_i in the order of α's finite entries) those entries
+    come instead from Σ_ii = 1/(α_i + s_i) and μ_i = q_iΣ_ii (label
+    ``rvm-sq-posterior``), which cancel only where the first form does not.
     """
-    inside = np.isfinite(alpha)
-    factor = np.ones_like(S)
-    factor[inside] = alpha[inside] / (alpha[inside] - S[inside])
-    return factor * S, factor * Q
+    s, q = np.array(S, dtype=float), np.array(Q, dtype=float)
+    inside = np.flatnonzero(np.isfinite(alpha))
+    a = alpha[inside]
+    by_S = np.ones(len(inside), dtype=bool)
+    if Sigma_diag is not None:
+        precision = 1.0 / Sigma_diag                     # α_i + s_i
+        by_S = precision < 2 * a                         # s_i < α_i
+        pinned = inside[~by_S]
+        s[pinned] = precision[~by_S] - a[~by_S]
+        q[pinned] = mu[~by_S] * precision[~by_S]
+    factor = a[by_S] / (a[by_S] - S[inside[by_S]])
+    s[inside[by_S]] *= factor
+    q[inside[by_S]] *= factor
+    return s, q
 
 
 def ell(alpha, s, q):
@@ -93,24 +136,28 @@ def optimal_alpha(s, q):
         return np.where(theta > ZERO_FACTOR, s**2 / np.where(theta > 0, theta, 1.0), np.inf)
 
 
-def _choose_action(alpha, s, q, aligned, n_active):
-    """The index and gain ΔL of the single-α change that raises the evidence most.
+def _choose_action(alpha, s, q, refused, n_active):
+    """The optimal α and the gain ΔL of changing it, for every column.
 
     For every column: its optimal α (rvm-fast-alpha) and ΔL = ℓ(α_new) − ℓ(α_old),
-    which is an addition, a re-estimation or a deletion. Deleting the last basis
-    function and adding an aligned one are not allowed.
+    which is an addition, a re-estimation or a deletion (a column that stays out
+    gains 0). Deleting the last basis function and adding a `refused` one (aligned
+    with the model) are not allowed.
     """
     new_alpha = optimal_alpha(s, q)
-    new_alpha[~np.isfinite(alpha) & aligned] = np.inf
+    new_alpha[~np.isfinite(alpha) & refused] = np.inf
     if n_active == 1:
         last = np.isfinite(alpha) & ~np.isfinite(new_alpha)
         new_alpha[last] = alpha[last]
-    gain = ell(new_alpha, s, q) - ell(alpha, s, q)
+    gain = np.zeros_like(s)
+    moves = np.flatnonzero(np.isfinite(alpha) | np.isfinite(new_alpha))
+    gain[moves] = (ell(new_alpha[moves], s[moves], q[moves])
+                   - ell(alpha[moves], s[moves], q[moves]))
     return new_alpha, gain
 
 
 def fast_marginal_likelihood(Phi, t, *, max_iter=10000, tol=1e-3, update_beta=True,
-                             beta=None, alpha=None):
+                             beta=None, alpha=None, alignment_max=ALIGNMENT_MAX):
     """Maximise the evidence by Tipping & Faul's sequential algorithm.
 
     Implements (rvm-sq), (rvm-decomposition), (rvm-fast-alpha) and the noise
@@ -144,17 +191,25 @@ def fast_marginal_likelihood(Phi, t, *, max_iter=10000, tol=1e-3, update_beta=Tr
         # A unit-norm column φ/c carries the weight c·w, so its α is α/c².
         alpha = np.asarray(alpha, dtype=float) / np.where(usable, scales, 1.0) ** 2
         active = [int(j) for j in np.flatnonzero(np.isfinite(alpha))]
-    PhiT_Phi = Phi.T @ Phi[:, active]                   # cached columns Φᵀφ_j, j in model
+    active = np.sort(np.asarray(active, dtype=int))
+    unit = usable.astype(float)
+    U, Psi = orthonormal_coordinates(Phi, active)
+    t2 = t @ t
 
+    tau = U.T @ t
+    perp = max(t2 - tau @ tau, 0.0)                     # ‖(I − UUᵀ)t‖²
+    post = coordinate_posterior(Psi[:, active], tau, perp, alpha[active], beta, N)
     evidence, actions = [], []
     converged = False
-    post = posterior(Phi[:, active], t, alpha[active], beta)
     for n_iter in range(1, max_iter + 1):
-        S = beta * usable - beta**2 * np.einsum("pm,mk,pk->p", PhiT_Phi, post.Sigma, PhiT_Phi)
-        Q = beta * PhiT_t - beta * PhiT_Phi @ post.mu
-        s, q = sparsity_quality(S, Q, alpha)
-        aligned = ~usable | (np.max(np.abs(PhiT_Phi), axis=1) > ALIGNMENT_MAX)
-        new_alpha, gain = _choose_action(alpha, s, q, aligned, len(active))
+        residual = span_residual(Psi, unit)
+        S, Q = stable_SQ(Psi, active, alpha[active], beta, residual, PhiT_t, tau)
+        s, q = sparsity_quality(S, Q, alpha, np.diag(post.Sigma), post.mu)
+        refused = ~usable | (residual < SPAN_RESIDUAL_MIN)
+        if alignment_max < 1:
+            inner = Psi.T @ Psi[:, active]              # φ_iᵀφ_j, j in the model
+            refused |= np.max(np.abs(inner), axis=1) > alignment_max
+        new_alpha, gain = _choose_action(alpha, s, q, refused, len(active))
         j = int(np.argmax(gain))
         inside = np.isfinite(alpha)
         log_change = np.abs(np.log(new_alpha[inside] / alpha[inside]))
@@ -168,37 +223,66 @@ def fast_marginal_likelihood(Phi, t, *, max_iter=10000, tol=1e-3, update_beta=Tr
             actions.append(("none", j))
         elif np.isinf(new_alpha[j]):
             actions.append(("delete", j))
-            k = active.index(j)
-            del active[k]
-            PhiT_Phi = np.delete(PhiT_Phi, k, axis=1)
+            active = active[active != j]
+            U, Psi = drop_coordinate(U, Psi, Psi[:, active])
         elif not inside[j]:
             actions.append(("add", j))
-            active.append(j)
-            PhiT_Phi = np.column_stack([PhiT_Phi, Phi.T @ Phi[:, j]])
+            U, Psi = add_coordinate(Phi, U, Psi, j)
+            active = np.sort(np.append(active, j))
         else:
             actions.append(("reestimate", j))
         if gain[j] > 0:
             alpha[j] = new_alpha[j]
 
+        tau = U.T @ t
+        perp = max(t2 - tau @ tau, 0.0)
+        post = coordinate_posterior(Psi[:, active], tau, perp, alpha[active], beta, N)
         beta_due = n_iter <= BETA_UPDATE_START or n_iter % BETA_UPDATE_FREQUENCY == 0
         beta_change = 0.0
         if update_beta and (beta_due or settled):
-            post = posterior(Phi[:, active], t, alpha[active], beta)
             gamma = gamma_factors(alpha[active], np.diag(post.Sigma))
-            new_beta = min(reestimate_beta(t, Phi[:, active], post.mu, gamma), beta_max)
+            misfit = tau - Psi[:, active] @ post.mu
+            # (rvm-noise) with ‖t − Φμ‖² = ‖(I − UUᵀ)t‖² + ‖τ − Rμ‖²
+            new_beta = min((N - gamma.sum()) / (perp + misfit @ misfit), beta_max)
             beta_change, beta = abs(np.log(new_beta / beta)), new_beta
-        post = posterior(Phi[:, active], t, alpha[active], beta)
+            post = coordinate_posterior(Psi[:, active], tau, perp, alpha[active], beta, N)
         evidence.append(post.log_evidence)
         if settled and beta_change < MIN_DELTA_LOG_BETA:
             converged = True
             break
 
-    active = np.array(active)
-    order = np.argsort(active)
-    active = active[order]
-    post = posterior(Phi[:, active], t, alpha[active], beta)
     gamma = gamma_factors(alpha[active], np.diag(post.Sigma))
     c = scales[active]
     return FastResult(active, alpha[active] * c**2, beta, post.mu / c,
                       post.Sigma / np.outer(c, c), gamma, post.log_evidence,
                       np.array(evidence), actions, n_iter, converged)
+
+
+def fast_regression(Phi, t, *, beta_schedule="both", **settings):
+    """The fast algorithm with the noise precision β learnt on one of two schedules.
+
+    'update' is SparseBayes's: β re-estimated at each of the first iterations.
+    With a one-function model that makes most of the targets look like noise, and
+    the run can stall at a poor maximum with one or two basis functions. 'hold'
+    keeps β at its starting value (noise at a tenth of the targets' spread) until
+    the α settle, then continues from there with β learnt. Each reaches a local
+    maximum of L(α, β) and neither is always the higher; 'both' runs the two and
+    keeps the higher evidence (the fast-algorithm chapter measures all three).
+    ``settings`` go to `fast_marginal_likelihood`.
+    """
+    if beta_schedule not in BETA_SCHEDULES:
+        raise ValueError(f"beta_schedule must be one of {BETA_SCHEDULES}; got {beta_schedule!r}.")
+    runs = []
+    if beta_schedule in ("update", "both"):
+        runs.append(fast_marginal_likelihood(Phi, t, **settings))
+    if beta_schedule in ("hold", "both"):
+        held = fast_marginal_likelihood(Phi, t, update_beta=False, **settings)
+        alpha = np.full(Phi.shape[1], np.inf)
+        alpha[held.active] = held.alpha
+        released = fast_marginal_likelihood(Phi, t, alpha=alpha, beta=held.beta, **settings)
+        runs.append(released._replace(
+            evidence=np.concatenate([held.evidence, released.evidence]),
+            actions=held.actions + released.actions,
+            n_iter=held.n_iter + released.n_iter,
+            converged=held.converged and released.converged))
+    return max(runs, key=lambda run: run.log_evidence)

@@ -13,17 +13,26 @@ import warnings
 import numpy as np
 
 from kernelref._validation import (
-    check_is_fitted, check_n_features, check_samples,
-    check_targets, check_training_samples, record_n_features)
+    check_is_fitted,
+    check_n_features,
+    check_samples,
+    check_targets,
+    check_training_samples,
+    record_n_features,
+)
 from kernelref.base import BaseEstimator, RegressorMixin
 from kernelref.exceptions import ConvergenceWarning
 from kernelref.kernels import make_kernel
 from kernelref.rvm.design import (
-    check_evidence_settings, column_scales, design_matrix, initial_beta)
-from kernelref.rvm.fast import fast_marginal_likelihood
+    check_evidence_settings,
+    column_scales,
+    design_matrix,
+    initial_beta,
+)
+from kernelref.rvm.fast import ALIGNMENT_MAX, BETA_SCHEDULES, fast_regression
 from kernelref.rvm.reestimate import initial_alpha, reestimate
 
-__all__ = ["ALPHA_MAX", "ConvergenceWarning", "RVR"]
+__all__ = ["ALPHA_MAX", "RVR", "ConvergenceWarning"]
 
 #: Re-estimation and EM prune basis function i once α_i exceeds this: its prior
 #: variance 1/α_i ≤ 1e-12 pins w_i within 1e-6 of zero, and the bound of Tipping's
@@ -64,6 +73,18 @@ class RVR(RegressorMixin, BaseEstimator):
     alpha_max : float
         Re-estimation and EM prune α_i above this (see `ALPHA_MAX`); the fast
         path prunes exactly, when q_i² ≤ s_i.
+    alignment_max : float
+        For 'fast': a candidate whose basis function has cosine above this with
+        one already in the model is not added (SparseBayes's basis alignment
+        test, default 1 − 1e-3). 1.0 turns the test off; the algorithm stays
+        stable without it, since candidates (numerically) inside the span of
+        the model are refused anyway, and may find a higher evidence at the
+        price of more iterations (see the fast-algorithm chapter).
+    beta_schedule : {'both', 'update', 'hold'}
+        For 'fast': learn the noise from the first iterations (SparseBayes),
+        only once the α have settled at the starting noise level, or run both
+        and keep the higher evidence (the default; it costs two runs). See
+        ``kernelref.rvm.fast.fast_regression``.
 
     Attributes
     ----------
@@ -87,7 +108,7 @@ class RVR(RegressorMixin, BaseEstimator):
 
     def __init__(self, kernel="rbf", gamma=None, degree=3, coef0=1, bias=True,
                  method="fast", update="standard", max_iter=10000, tol=1e-3,
-                 alpha_max=ALPHA_MAX):
+                 alpha_max=ALPHA_MAX, alignment_max=ALIGNMENT_MAX, beta_schedule="both"):
         self.kernel = kernel
         self.gamma = gamma
         self.degree = degree
@@ -98,6 +119,8 @@ class RVR(RegressorMixin, BaseEstimator):
         self.max_iter = max_iter
         self.tol = tol
         self.alpha_max = alpha_max
+        self.alignment_max = alignment_max
+        self.beta_schedule = beta_schedule
 
     def _validate(self, X, y):
         if self.method not in METHODS:
@@ -109,6 +132,13 @@ class RVR(RegressorMixin, BaseEstimator):
                 "update='accelerated' modifies the re-estimation of all α at once; use it "
                 "with method='reestimate' or 'em' (the fast method sets α_i = s_i²/(q_i² − s_i)).")
         check_evidence_settings(self)
+        if self.beta_schedule not in BETA_SCHEDULES:
+            raise ValueError(
+                f"beta_schedule must be one of {BETA_SCHEDULES}; got {self.beta_schedule!r}.")
+        if not 0 < self.alignment_max <= 1:
+            raise ValueError(
+                f"alignment_max must be a cosine in (0, 1]; got {self.alignment_max!r}. "
+                "Use 1 - 1e-3 (SparseBayes's default) or 1.0 to turn the test off.")
         X = check_training_samples(X, self.kernel)
         t = check_targets(y, X.shape[0], "y")
         if t.ndim != 1:
@@ -128,7 +158,9 @@ class RVR(RegressorMixin, BaseEstimator):
         offset = 1 if self.bias else 0
         scales = np.concatenate([np.ones(offset), column_scales(Phi[:, offset:])])
         if self.method == "fast":
-            result = fast_marginal_likelihood(Phi, t, max_iter=self.max_iter, tol=self.tol)
+            result = fast_regression(Phi, t, beta_schedule=self.beta_schedule,
+                                     max_iter=self.max_iter, tol=self.tol,
+                                     alignment_max=self.alignment_max)
             kept = result.active
         else:
             # α is bounded on the user's scale; columns that are zero carry no information.
