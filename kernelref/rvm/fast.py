@@ -20,9 +20,7 @@ wrong scale.)
 
 S_i and Q_i, the posterior and the evidence are computed in orthonormal
 coordinates of the model's span (`kernelref.rvm.coordinates`), not by the Woodbury
-form, which cancels catastrophically on nearly collinear columns. For a basis
-function in the model, s_i and q_i follow from whichever of two exact forms
-does not cancel (`sparsity_quality`).
+form, which cancels catastrophically on nearly collinear columns.
 """
 
 from collections import namedtuple
@@ -93,30 +91,19 @@ FastResult = namedtuple(
     "active alpha beta mu Sigma gamma log_evidence evidence actions n_iter converged")
 
 
-def sparsity_quality(S, Q, alpha, Sigma_diag=None, mu=None):
+def sparsity_quality(S, Q, alpha):
     """s_i, q_i from S_i, Q_i (label ``rvm-sq``).
 
-    For a basis function outside the model (α_i = ∞) s_i = S_i, q_i = Q_i; for
-    one inside it s_i = α_iS_i/(α_i − S_i) and q_i = α_iQ_i/(α_i − S_i). Where
-    s_i > α_i (the data pin w_i down) α_i − S_i = α_i²/(α_i + s_i) cancels; given
-    the posterior (Σ_ii and μ_i in the order of α's finite entries) those entries
-    come instead from Σ_ii = 1/(α_i + s_i) and μ_i = q_iΣ_ii (label
-    ``rvm-sq-posterior``), which cancel only where the first form does not.
+    For a basis function in the model (finite α_i), s_i = α_iS_i/(α_i − S_i) and
+    q_i = α_iQ_i/(α_i − S_i); for one outside it (α_i = ∞) s_i = S_i, q_i = Q_i.
+    With α_i − S_i = α_i²/(α_i + s_i) the factor is 1 + s_i/α_i = q_i²/s_i at the
+    optimum α_i: it magnifies the relative error of S_i, which is why S_i must be
+    computed without cancellation (`kernelref.rvm.coordinates.stable_SQ`).
     """
-    s, q = np.array(S, dtype=float), np.array(Q, dtype=float)
-    inside = np.flatnonzero(np.isfinite(alpha))
-    a = alpha[inside]
-    by_S = np.ones(len(inside), dtype=bool)
-    if Sigma_diag is not None:
-        precision = 1.0 / Sigma_diag                     # α_i + s_i
-        by_S = precision < 2 * a                         # s_i < α_i
-        pinned = inside[~by_S]
-        s[pinned] = precision[~by_S] - a[~by_S]
-        q[pinned] = mu[~by_S] * precision[~by_S]
-    factor = a[by_S] / (a[by_S] - S[inside[by_S]])
-    s[inside[by_S]] *= factor
-    q[inside[by_S]] *= factor
-    return s, q
+    inside = np.isfinite(alpha)
+    factor = np.ones_like(S)
+    factor[inside] = alpha[inside] / (alpha[inside] - S[inside])
+    return factor * S, factor * Q
 
 
 def ell(alpha, s, q):
@@ -204,7 +191,7 @@ def fast_marginal_likelihood(Phi, t, *, max_iter=10000, tol=1e-3, update_beta=Tr
     for n_iter in range(1, max_iter + 1):
         residual = span_residual(Psi, unit)
         S, Q = stable_SQ(Psi, active, alpha[active], beta, residual, PhiT_t, tau)
-        s, q = sparsity_quality(S, Q, alpha, np.diag(post.Sigma), post.mu)
+        s, q = sparsity_quality(S, Q, alpha)
         refused = ~usable | (residual < SPAN_RESIDUAL_MIN)
         if alignment_max < 1:
             inner = Psi.T @ Psi[:, active]              # φ_iᵀφ_j, j in the model

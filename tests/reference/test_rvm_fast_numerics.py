@@ -1,6 +1,6 @@
 """Rounding in the fast RVM: S_i, Q_i and the evidence in orthonormal coordinates
 against 40-digit arithmetic and explicit N×N solves, the updates of the basis,
-the in-model identities s_i = 1/Σ_ii − α_i, q_i = μ_i/Σ_ii, and the β schedules."""
+s_i and q_i of the basis functions in the model, and the β schedules."""
 
 import mpmath
 import numpy as np
@@ -118,7 +118,7 @@ def test_adding_and_dropping_columns_keeps_an_orthonormal_basis_of_the_model():
     assert np.all(span_residual(Psi, np.ones(Phi.shape[1]))[active] < 1e-14)
 
 
-def test_in_model_s_and_q_from_the_posterior_match_explicit_leave_one_out():
+def test_in_model_s_and_q_match_explicit_leave_one_out():
     Phi, t = sinc_problem(3, 60, 1 / 18)
     active, alpha, beta = fitted_state(Phi, t)
     # At convergence every s_i > α_i; a large α_0 puts one basis function in the
@@ -128,7 +128,7 @@ def test_in_model_s_and_q_from_the_posterior_match_explicit_leave_one_out():
     alpha_all = np.full(Phi.shape[1], np.inf)
     alpha_all[active] = alpha
     post = posterior(Phi[:, active], t, alpha, beta)
-    s, q = sparsity_quality(S, Q, alpha_all, np.diag(post.Sigma), post.mu)
+    s, q = sparsity_quality(S, Q, alpha_all)
     regimes = set()
     for k, i in enumerate(active):
         rest = np.delete(active, k)
@@ -136,11 +136,11 @@ def test_in_model_s_and_q_from_the_posterior_match_explicit_leave_one_out():
         s_i = Phi[:, i] @ np.linalg.solve(C_rest, Phi[:, i])
         q_i = Phi[:, i] @ np.linalg.solve(C_rest, t)
         np.testing.assert_allclose([s[i], q[i]], [s_i, q_i], rtol=1e-8)
-        # the identities behind the second form, Σ_ii = 1/(α_i + s_i) and μ_i = q_iΣ_ii
+        # the posterior knows them too: Σ_ii = 1/(α_i + s_i) and μ_i = q_iΣ_ii
         np.testing.assert_allclose(post.Sigma[k, k], 1 / (alpha[k] + s_i), rtol=1e-8)
         np.testing.assert_allclose(post.mu[k], q_i * post.Sigma[k, k], rtol=1e-8)
         regimes.add(bool(s_i > alpha[k]))
-    assert regimes == {True, False}      # both forms were exercised
+    assert regimes == {True, False}      # α_i − S_i small and large against α_i
 
 
 def test_fast_rvr_converges_on_wide_kernels_with_positive_evidence_steps():
