@@ -48,8 +48,8 @@ def test_sinc_benchmark_is_sparse_and_accurate_and_sparser_than_svr():
         svr = GridSearchCV(SVR(kernel="rbf", gamma=SINC_GAMMA, epsilon=0.1),
                            {"C": [0.3, 1, 3, 10, 30]}, cv=5).fit(X, t)
         svr_counts.append(len(svr.best_estimator_.support_))
-    # Measured: 5 relevance vectors (plus the bias) on every seed, RMS error 0.034;
-    # the tuned SVR keeps about 33 support vectors.
+    # Measured: 5.8 relevance vectors on average (5 or 6, plus the bias), RMS error
+    # 0.036; the tuned SVR keeps about 33 support vectors.
     assert 4 <= np.mean(counts) <= 12
     assert np.mean(errors) < 0.06
     assert np.mean(counts) < 0.5 * np.mean(svr_counts)
