@@ -37,14 +37,18 @@ from kernelref.gp_classify import probit_probability
 from kernelref.kernels import make_kernel
 from kernelref.laplace import damped_newton, likelihood_curvature, log_likelihood
 from kernelref.rvm.design import check_evidence_settings, column_scales, design_matrix, posterior
-from kernelref.rvm.fast import fast_marginal_likelihood
+from kernelref.rvm.fast import ALIGNMENT_MAX, fast_marginal_likelihood
 from kernelref.rvm.reestimate import GAMMA_MIN, gamma_factors, initial_alpha, reestimate_alpha
 from kernelref.rvm.regression import ALPHA_MAX
 from kernelref.rvm.softmax import Softmax, expanded_design, latent_moments, moderated_softmax, one_hot
 
-__all__ = ["BERNOULLI", "Bernoulli", "ClassifierFit", "Laplace", "MAX_NEWTON_ITER", "RVC",
+__all__ = ["BERNOULLI", "Bernoulli", "ClassifierFit", "Laplace", "MAX_NEWTON_ITER", "RVC", "STALL_PATIENCE",
            "fast_classifier", "laplace_posterior", "laplace_log_evidence",
            "reestimate_classifier"]
+
+#: The fast classifier stops, unconverged, after this many Gaussian approximations
+#: in a row without a new highest evidence: the model is cycling (`fast_classifier`).
+STALL_PATIENCE = 20
 
 #: Newton steps per mode at most. From a warm start a mode takes a handful;
 #: from w = 0 on separable data, where small α lets w grow large, a few dozen.
@@ -149,7 +153,8 @@ def reestimate_classifier(Phi, t, alpha, likelihood=BERNOULLI, *, max_iter=10000
                          np.array(evidence + [mode.log_evidence]), n_iter, converged)
 
 
-def fast_classifier(Phi, t, likelihood=BERNOULLI, *, max_iter=1000, tol=1e-3):
+def fast_classifier(Phi, t, likelihood=BERNOULLI, *, max_iter=1000, tol=1e-3,
+                    alignment_max=ALIGNMENT_MAX):
     """Tipping & Faul's fast algorithm on the Gaussian approximation (their §4).
 
     Each iteration whitens the approximation at the current mode (label
@@ -161,16 +166,22 @@ def fast_classifier(Phi, t, likelihood=BERNOULLI, *, max_iter=1000, tol=1e-3):
     approximation reaches the same fixed point — a mode whose α maximise the
     evidence of the approximation made there — with fewer Newton solves.
     Converged when the model and every log α_i changed by less than `tol`.
+
+    The loop need not reach a fixed point: a basis function worth adding under
+    one approximation can be worth deleting under the next, and the model then
+    cycles. When `STALL_PATIENCE` approximations in a row have not raised the
+    highest Laplace evidence seen, the loop stops, unconverged, and returns the
+    fit with that evidence.
     """
     P = Phi.shape[1]
     w = np.zeros(P)
     alpha = None
     evidence = []
-    converged = False
+    best, since_best = None, 0
     for n_iter in range(1, max_iter + 1):
         Phi_tilde, t_tilde = likelihood.whiten(Phi, Phi @ w, t)
         step = fast_marginal_likelihood(Phi_tilde, t_tilde, beta=1.0, update_beta=False,
-                                        alpha=alpha, tol=tol)
+                                        alpha=alpha, tol=tol, alignment_max=alignment_max)
         mode = laplace_posterior(Phi[:, step.active], t, step.alpha, step.mu, likelihood)
         evidence.append(mode.log_evidence)
         new_alpha = np.full(P, np.inf)
@@ -181,12 +192,17 @@ def fast_classifier(Phi, t, likelihood=BERNOULLI, *, max_iter=1000, tol=1e-3):
                    and np.array_equal(np.isfinite(alpha), np.isfinite(new_alpha))
                    and np.max(np.abs(np.log(new_alpha[step.active] / alpha[step.active]))) < tol)
         alpha = new_alpha
+        fit = ClassifierFit(step.active, step.alpha, mode.mu, mode.Sigma, mode.log_evidence,
+                            None, n_iter, settled)
         if settled:
-            converged = True
-            break
-    keep = np.flatnonzero(np.isfinite(alpha))
-    return ClassifierFit(keep, alpha[keep], mode.mu, mode.Sigma, mode.log_evidence,
-                         np.array(evidence), n_iter, converged)
+            return fit._replace(evidence=np.array(evidence))
+        if best is None or fit.log_evidence > best.log_evidence:
+            best, since_best = fit, 0
+        else:
+            since_best += 1
+            if since_best >= STALL_PATIENCE:
+                break
+    return best._replace(evidence=np.array(evidence), n_iter=n_iter)
 
 
 METHODS = ("fast", "reestimate")
@@ -225,6 +241,10 @@ class RVC(ClassifierMixin, BaseEstimator):
     alpha_max : float
         Re-estimation prunes α_i above this (``kernelref.rvm.regression.ALPHA_MAX``);
         the fast path prunes exactly, when q_i² ≤ s_i.
+    alignment_max : float
+        For 'fast': SparseBayes's alignment test, as for ``RVR``; 1.0 turns it
+        off, which a kernel much wider than the data may need (all its basis
+        functions are then nearly parallel).
 
     Attributes
     ----------
@@ -249,7 +269,7 @@ class RVC(ClassifierMixin, BaseEstimator):
 
     def __init__(self, kernel="rbf", gamma=None, degree=3, coef0=1, bias=True,
                  method="fast", multi_class="softmax", max_iter=10000, tol=1e-3,
-                 alpha_max=ALPHA_MAX):
+                 alpha_max=ALPHA_MAX, alignment_max=ALIGNMENT_MAX):
         self.kernel = kernel
         self.gamma = gamma
         self.degree = degree
@@ -260,6 +280,7 @@ class RVC(ClassifierMixin, BaseEstimator):
         self.max_iter = max_iter
         self.tol = tol
         self.alpha_max = alpha_max
+        self.alignment_max = alignment_max
 
     def _validate(self, X, y):
         if self.method not in METHODS:
@@ -307,15 +328,18 @@ class RVC(ClassifierMixin, BaseEstimator):
         else:
             self._fit_softmax(Phi, usable, y_index, K)
         if not self.converged_:
+            reason = (f"after max_iter={self.max_iter} iterations" if self.method != "fast" else
+                      "with the model cycling between Gaussian approximations, or after "
+                      f"max_iter={self.max_iter}; the fit with the highest evidence is kept")
             warnings.warn(
-                f"RVC(method={self.method!r}) stopped after max_iter={self.max_iter} "
-                "iterations before converging; raise max_iter or tol.", ConvergenceWarning,
-                stacklevel=2)
+                f"RVC(method={self.method!r}) stopped before converging, {reason}. Raise "
+                "max_iter or tol, or try method='reestimate'.", ConvergenceWarning, stacklevel=2)
         return self
 
     def _run(self, Phi, t, likelihood):
         if self.method == "fast":
-            result = fast_classifier(Phi, t, likelihood, max_iter=self.max_iter, tol=self.tol)
+            result = fast_classifier(Phi, t, likelihood, max_iter=self.max_iter, tol=self.tol,
+                                     alignment_max=self.alignment_max)
         else:
             result = reestimate_classifier(Phi, t, initial_alpha(len(self._X)), likelihood,
                                            max_iter=self.max_iter, tol=self.tol,

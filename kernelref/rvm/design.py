@@ -34,11 +34,15 @@ Posterior = namedtuple("Posterior", "mu Sigma L log_evidence")
 
 def check_evidence_settings(estimator):
     """Check the settings every RVM estimator shares: the iteration cap, the
-    convergence tolerance and the pruning bound on α."""
+    convergence tolerance, the pruning bound on α and the alignment test's cosine."""
     check_integer(estimator.max_iter, "max_iter")
     check_positive(estimator.tol, "tol", meaning="It bounds the change of log α at convergence.")
     check_positive(estimator.alpha_max, "alpha_max",
                    meaning="It is the α above which a basis function is pruned; 1e12 is usual.")
+    if not 0 < estimator.alignment_max <= 1:
+        raise ValueError(
+            f"alignment_max must be a cosine in (0, 1]; got {estimator.alignment_max!r}. "
+            "Use 1 - 1e-3 (SparseBayes's default) or 1.0 to turn the test off.")
 
 
 def design_matrix(kernel, X, X_basis, bias):

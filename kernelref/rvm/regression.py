@@ -135,10 +135,6 @@ class RVR(RegressorMixin, BaseEstimator):
         if self.beta_schedule not in BETA_SCHEDULES:
             raise ValueError(
                 f"beta_schedule must be one of {BETA_SCHEDULES}; got {self.beta_schedule!r}.")
-        if not 0 < self.alignment_max <= 1:
-            raise ValueError(
-                f"alignment_max must be a cosine in (0, 1]; got {self.alignment_max!r}. "
-                "Use 1 - 1e-3 (SparseBayes's default) or 1.0 to turn the test off.")
         X = check_training_samples(X, self.kernel)
         t = check_targets(y, X.shape[0], "y")
         if t.ndim != 1:
