@@ -42,8 +42,8 @@ from kernelref.rvm.reestimate import GAMMA_MIN, gamma_factors, initial_alpha, re
 from kernelref.rvm.regression import ALPHA_MAX
 from kernelref.rvm.softmax import Softmax, expanded_design, latent_moments, moderated_softmax, one_hot
 
-__all__ = ["BERNOULLI", "Bernoulli", "ClassifierFit", "Laplace", "MAX_NEWTON_ITER", "RVC", "STALL_PATIENCE",
-           "fast_classifier", "laplace_posterior", "laplace_log_evidence",
+__all__ = ["BERNOULLI", "Bernoulli", "ClassifierFit", "Laplace", "MAX_NEWTON_ITER", "RVC",
+           "STALL_PATIENCE", "fast_classifier", "laplace_posterior", "laplace_log_evidence",
            "reestimate_classifier"]
 
 #: The fast classifier stops, unconverged, after this many Gaussian approximations

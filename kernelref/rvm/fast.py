@@ -28,33 +28,16 @@ from collections import namedtuple
 import numpy as np
 
 from kernelref.rvm.coordinates import (
-    add_coordinate,
-    coordinate_posterior,
-    drop_coordinate,
-    orthonormal_coordinates,
-    span_residual,
-    stable_SQ,
-)
+    add_coordinate, coordinate_posterior, drop_coordinate, orthonormal_coordinates,
+    span_residual, stable_SQ)
 from kernelref.rvm.design import initial_beta
 from kernelref.rvm.reestimate import gamma_factors
 
 __all__ = [
-    "ALIGNMENT_MAX",
-    "BETA_MAX_FACTOR",
-    "BETA_SCHEDULES",
-    "BETA_UPDATE_FREQUENCY",
-    "BETA_UPDATE_START",
-    "INIT_ALPHA_MAX",
-    "MIN_DELTA_LOG_BETA",
-    "SPAN_RESIDUAL_MIN",
-    "ZERO_FACTOR",
-    "FastResult",
-    "ell",
-    "fast_marginal_likelihood",
-    "fast_regression",
-    "optimal_alpha",
-    "sparsity_quality",
-]
+    "ALIGNMENT_MAX", "BETA_MAX_FACTOR", "BETA_SCHEDULES", "BETA_UPDATE_FREQUENCY",
+    "BETA_UPDATE_START", "FastResult", "INIT_ALPHA_MAX", "MIN_DELTA_LOG_BETA",
+    "SPAN_RESIDUAL_MIN", "ZERO_FACTOR", "ell", "fast_marginal_likelihood", "fast_regression",
+    "optimal_alpha", "sparsity_quality"]
 
 # Defaults of SparseBayes 2.0 (SB2_ControlSettings, SB2_Initialisation).
 #: q_i² − s_i at or below this counts as zero: the basis function is out.
@@ -69,15 +52,17 @@ BETA_UPDATE_FREQUENCY = 5
 #: targets exactly would otherwise send β to infinity.
 BETA_MAX_FACTOR = 1e6
 #: A candidate whose unit-norm column has inner product above this with a column
-#: in the model is (nearly) a copy of it and is not added: it would make the
-#: posterior precision singular without changing the model.
+#: in the model is (nearly) a copy of it and is not added (SparseBayes's basis
+#: alignment test; ``alignment_max`` of the estimators).
 ALIGNMENT_MAX = 1 - 1e-3
-#: A candidate whose unit-norm column lies within this squared distance of the span
-#: of the model's columns is not added either: below it the new direction
-#: (I − UUᵀ)φ_i is mostly rounding error.
-SPAN_RESIDUAL_MIN = 1e-10
 #: The starting α of the first basis function when q² ≤ s for it.
 INIT_ALPHA_MAX = 1e3
+
+# Not in SparseBayes, which has no such test (see kernelref.rvm.coordinates).
+#: A candidate whose unit-norm column lies within this squared distance of the span
+#: of the model's columns is never added: below it the new direction (I − UUᵀ)φ_i,
+#: computed with an absolute error of a few ε, is mostly rounding.
+SPAN_RESIDUAL_MIN = 1e-10
 
 #: How β is learnt alongside α (see `fast_regression`).
 BETA_SCHEDULES = ("both", "update", "hold")

@@ -13,22 +13,13 @@ import warnings
 import numpy as np
 
 from kernelref._validation import (
-    check_is_fitted,
-    check_n_features,
-    check_samples,
-    check_targets,
-    check_training_samples,
-    record_n_features,
-)
+    check_is_fitted, check_n_features, check_samples,
+    check_targets, check_training_samples, record_n_features)
 from kernelref.base import BaseEstimator, RegressorMixin
 from kernelref.exceptions import ConvergenceWarning
 from kernelref.kernels import make_kernel
 from kernelref.rvm.design import (
-    check_evidence_settings,
-    column_scales,
-    design_matrix,
-    initial_beta,
-)
+    check_evidence_settings, column_scales, design_matrix, initial_beta)
 from kernelref.rvm.fast import ALIGNMENT_MAX, BETA_SCHEDULES, fast_regression
 from kernelref.rvm.reestimate import initial_alpha, reestimate
 
