@@ -60,7 +60,10 @@ class RVR(RegressorMixin, BaseEstimator):
         Iterations at most (10000, SparseBayes's default).
     tol : float
         Converged when log α_i (and log β) change by less than this; 1e-3 is
-        SparseBayes's MinDeltaLogAlpha.
+        SparseBayes's MinDeltaLogAlpha. An EM step changes log α_i by about
+        twice the gradient ∂L/∂log α_i, so for 'em' this bounds the gradient:
+        EM stops on the plateau where irrelevant α_i grow slowly, typically
+        before it has pruned anything (the regression chapter measures it).
     alpha_max : float
         Re-estimation and EM prune α_i above this (see `ALPHA_MAX`); the fast
         path prunes exactly, when q_i² ≤ s_i.
