@@ -11,8 +11,8 @@ R = Ψ_M. Then
 
 and, the two parts acting on orthogonal subspaces,
 C⁻¹ = β[(I − UUᵀ) + UH⁻¹Uᵀ] (label ``rvm-SQ-stable``): S_i is a sum of two
-nonnegative parts, and H, with eigenvalues at least 1, has a well-conditioned
-Cholesky factor where A + βΦᵀΦ does not. U grows by Gram–Schmidt on an
+nonnegative parts, neither a difference of large numbers, and H, with
+eigenvalues at least 1, always has a Cholesky factor. U grows by Gram–Schmidt on an
 addition and shrinks by an m×m QR on a deletion. The posterior and evidence
 need only R and τ = Uᵀt (label ``rvm-evidence-split``), so an iteration costs
 O(Pm² + m³) with m basis functions in the model and P candidates; only an
@@ -62,9 +62,8 @@ def stable_SQ(Psi, active, alpha, beta, residual, PhiT_t, tau):
 
     With C⁻¹ = β[(I − UUᵀ) + UH⁻¹Uᵀ], H = I + βRA⁻¹Rᵀ, R = Ψ_M and τ = Uᵀt:
     S_i = β[‖φ_i‖² − ‖ψ_i‖² + ψ_iᵀH⁻¹ψ_i] and Q_i = β[φ_iᵀt − ψ_iᵀτ + ψ_iᵀH⁻¹τ];
-    ``residual`` holds ‖φ_i‖² − ‖ψ_i‖² (`span_residual`).
-    H's eigenvalues are at least 1, so its Cholesky factor is well conditioned
-    where A + βΦᵀΦ is not.
+    ``residual`` holds ‖φ_i‖² − ‖ψ_i‖² (`span_residual`). H's eigenvalues are
+    at least 1, so ψ_iᵀH⁻¹ψ_i ≤ ‖ψ_i‖² and no term is a difference of large numbers.
     """
     G = Psi[:, active] * np.sqrt(beta / alpha)          # √β R A^(−½)
     H = G @ G.T
