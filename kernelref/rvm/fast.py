@@ -114,7 +114,7 @@ def _choose_action(alpha, s, q, refused, n_active):
     For every column: its optimal α (rvm-fast-alpha) and ΔL = ℓ(α_new) − ℓ(α_old),
     which is an addition, a re-estimation or a deletion (a column that stays out
     gains 0). Deleting the last basis function and adding a `refused` one (aligned
-    with the model) are not allowed.
+    with a basis function in the model, or inside the model's span) are not allowed.
     """
     new_alpha = optimal_alpha(s, q)
     new_alpha[~np.isfinite(alpha) & refused] = np.inf
@@ -138,7 +138,9 @@ def fast_marginal_likelihood(Phi, t, *, max_iter=10000, tol=1e-3, update_beta=Tr
     deletion raises the evidence, every re-estimation changes log α_i by less
     than `tol` (SparseBayes's MinDeltaLogAlpha, 1e-3, looks only at the chosen
     one), and a final β update changes log β by less than `MIN_DELTA_LOG_BETA`.
-    Columns of Φ that are zero are never candidates.
+    Columns of Φ that are zero, that have cosine above ``alignment_max`` with one
+    in the model, or that lie within `SPAN_RESIDUAL_MIN` of the model's span are
+    never added.
 
     ``beta`` replaces the starting β (with ``update_beta=False``, the fixed β),
     and ``alpha`` (one per column of Φ, user scale, ``np.inf`` outside the model)
