@@ -12,6 +12,7 @@ functions currently in the model and its Cholesky factor; the N×N matrix C is
 never formed.
 """
 
+import numbers
 from collections import namedtuple
 
 import numpy as np
@@ -39,7 +40,9 @@ def check_evidence_settings(estimator):
     check_positive(estimator.tol, "tol", meaning="It bounds the change of log α at convergence.")
     check_positive(estimator.alpha_max, "alpha_max",
                    meaning="It is the α above which a basis function is pruned; 1e12 is usual.")
-    if not 0 < estimator.alignment_max <= 1:
+    alignment_max = estimator.alignment_max
+    if isinstance(alignment_max, bool) or not isinstance(alignment_max, numbers.Real) \
+            or not 0 < alignment_max <= 1:
         raise ValueError(
             f"alignment_max must be a cosine in (0, 1]; got {estimator.alignment_max!r}. "
             "Use 1 - 1e-3 (SparseBayes's default) or 1.0 to turn the test off.")

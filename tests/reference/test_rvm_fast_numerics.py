@@ -170,8 +170,9 @@ def test_beta_schedules_each_reach_a_maximum_and_both_keeps_the_higher():
     assert held.beta == pytest.approx(1 / (0.1 * np.std(t)) ** 2)
     with pytest.raises(ValueError, match="beta_schedule"):
         RVR(beta_schedule="sometimes").fit(np.arange(5.0)[:, None], np.arange(5.0))
-    with pytest.raises(ValueError, match="alignment_max"):
-        RVR(alignment_max=1.5).fit(np.arange(5.0)[:, None], np.arange(5.0))
+    for bad in (1.5, 0, float("nan"), "0.999", None):
+        with pytest.raises(ValueError, match="alignment_max"):
+            RVR(alignment_max=bad).fit(np.arange(5.0)[:, None], np.arange(5.0))
 
 
 def test_fast_classifier_stops_a_cycle_and_keeps_the_best_evidence():
