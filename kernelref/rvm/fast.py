@@ -36,8 +36,9 @@ from kernelref.rvm.reestimate import gamma_factors
 __all__ = [
     "ALIGNMENT_MAX", "BETA_MAX_FACTOR", "BETA_SCHEDULES", "BETA_UPDATE_FREQUENCY",
     "BETA_UPDATE_START", "FastResult", "INIT_ALPHA_MAX", "MIN_DELTA_LOG_BETA",
-    "SPAN_RESIDUAL_MIN", "ZERO_FACTOR", "ell", "fast_marginal_likelihood", "fast_regression",
-    "optimal_alpha", "sparsity_quality"]
+    "SPAN_RESIDUAL_MIN", "ZERO_FACTOR", "check_beta_schedule", "ell", "fast_marginal_likelihood",
+    "fast_on_unit_columns", "fast_regression", "on_user_scale", "optimal_alpha",
+    "sparsity_quality", "unit_columns"]
 
 # Defaults of SparseBayes 2.0 (SB2_ControlSettings, SB2_Initialisation).
 #: q_i² − s_i at or below this counts as zero: the basis function is out.
@@ -67,8 +68,8 @@ SPAN_RESIDUAL_MIN = 1e-10
 #: How β is learnt alongside α (see `fast_regression`).
 BETA_SCHEDULES = ("both", "update", "hold")
 
-#: ``active`` indexes the columns of Φ in the model; ``alpha`` (user scale), ``mu``,
-#: ``Sigma`` belong to them; ``evidence`` is the log evidence after each iteration;
+#: ``active`` indexes the columns of Φ in the model; ``alpha``, ``mu``, ``Sigma``
+#: belong to them, on the scale of the columns the function was given; ``evidence`` is the log evidence after each iteration;
 #: ``actions`` records ("add" | "reestimate" | "delete" | "none", column) per
 #: iteration.
 FastResult = namedtuple(
@@ -128,9 +129,41 @@ def _choose_action(alpha, s, q, refused, n_active):
     return new_alpha, gain
 
 
-def fast_marginal_likelihood(Phi, t, *, max_iter=10000, tol=1e-3, update_beta=True,
-                             beta=None, alpha=None, alignment_max=ALIGNMENT_MAX):
-    """Maximise the evidence by Tipping & Faul's sequential algorithm.
+def unit_columns(Phi):
+    """Φ with every nonzero column divided by its norm c_i, and the norms c
+    (0 for a zero column): the scaling SparseBayes works in."""
+    scales = np.sqrt(np.einsum("np,np->p", Phi, Phi))
+    return Phi / np.where(scales > 0, scales, 1.0), scales
+
+
+def on_user_scale(result, scales):
+    """A result on unit columns φ/c mapped back to the columns φ (label
+    ``rvm-alpha-scale``): α = α̃c², μ = μ̃/c, Σ_ij = Σ̃_ij/(c_ic_j)."""
+    c = scales[result.active]
+    return result._replace(alpha=result.alpha * c**2, mu=result.mu / c,
+                           Sigma=result.Sigma / np.outer(c, c))
+
+
+def fast_marginal_likelihood(Phi, t, *, alpha=None, **settings):
+    """Maximise the evidence by Tipping & Faul's sequential algorithm: scale the
+    columns to unit norm, run `fast_on_unit_columns`, and report α, μ and Σ on
+    the scale of the columns given.
+
+    ``alpha`` (one per column of Φ, on its scale, ``np.inf`` outside the model)
+    is a warm start; ``settings`` go to `fast_on_unit_columns`.
+    """
+    Phi_unit, scales = unit_columns(Phi)
+    if alpha is not None:
+        # A unit-norm column φ/c carries the weight c·w, so its α is α/c².
+        alpha = np.asarray(alpha, dtype=float) / np.where(scales > 0, scales, 1.0) ** 2
+    result = fast_on_unit_columns(Phi_unit, scales > 0, t, alpha=alpha, **settings)
+    return on_user_scale(result, scales)
+
+
+def fast_on_unit_columns(Phi, usable, t, *, max_iter=10000, tol=1e-3, update_beta=True,
+                         beta=None, alpha=None, alignment_max=ALIGNMENT_MAX):
+    """Tipping & Faul's sequential algorithm on columns of unit norm (or zero,
+    where ``usable`` is false); α, μ and Σ are on the scale of these columns.
 
     Implements (rvm-sq), (rvm-decomposition), (rvm-fast-alpha) and the noise
     update (rvm-noise) on the schedule of SparseBayes. Starts, as SparseBayes
@@ -143,14 +176,11 @@ def fast_marginal_likelihood(Phi, t, *, max_iter=10000, tol=1e-3, update_beta=Tr
     never added.
 
     ``beta`` replaces the starting β (with ``update_beta=False``, the fixed β),
-    and ``alpha`` (one per column of Φ, user scale, ``np.inf`` outside the model)
-    replaces the starting model: a warm start, which the relevance vector
-    classifier uses on each new Gaussian approximation of its likelihood.
+    and ``alpha`` (one per column, ``np.inf`` outside the model) replaces the
+    starting model: a warm start, which the relevance vector classifier uses on
+    each new Gaussian approximation of its likelihood.
     """
     N, P = Phi.shape
-    scales = np.sqrt(np.einsum("np,np->p", Phi, Phi))
-    usable = scales > 0
-    Phi = Phi / np.where(usable, scales, 1.0)
     PhiT_t = Phi.T @ t
     beta = initial_beta(t) if beta is None else float(beta)
     beta_max = BETA_MAX_FACTOR / np.var(t) if update_beta else np.inf
@@ -162,9 +192,8 @@ def fast_marginal_likelihood(Phi, t, *, max_iter=10000, tol=1e-3, update_beta=Tr
         alpha = np.full(P, np.inf)
         alpha[first] = s1**2 / (q1**2 - s1) if q1**2 > s1 else INIT_ALPHA_MAX
     else:
-        # A unit-norm column φ/c carries the weight c·w, so its α is α/c².
-        alpha = np.asarray(alpha, dtype=float) / np.where(usable, scales, 1.0) ** 2
-        active = [int(j) for j in np.flatnonzero(np.isfinite(alpha))]
+        alpha = np.array(alpha, dtype=float)
+        active = np.flatnonzero(np.isfinite(alpha))
     active = np.sort(np.asarray(active, dtype=int))
     unit = usable.astype(float)
     U, Psi = orthonormal_coordinates(Phi, active)
@@ -207,9 +236,10 @@ def fast_marginal_likelihood(Phi, t, *, max_iter=10000, tol=1e-3, update_beta=Tr
             actions.append(("reestimate", j))
         if gain[j] > 0:
             alpha[j] = new_alpha[j]
+        if actions[-1][0] in ("add", "delete"):          # the span changed
+            tau = U.T @ t
+            perp = max(t2 - tau @ tau, 0.0)
 
-        tau = U.T @ t
-        perp = max(t2 - tau @ tau, 0.0)
         post = coordinate_posterior(Psi[:, active], tau, perp, alpha[active], beta, N)
         beta_due = n_iter <= BETA_UPDATE_START or n_iter % BETA_UPDATE_FREQUENCY == 0
         beta_change = 0.0
@@ -226,10 +256,14 @@ def fast_marginal_likelihood(Phi, t, *, max_iter=10000, tol=1e-3, update_beta=Tr
             break
 
     gamma = gamma_factors(alpha[active], np.diag(post.Sigma))
-    c = scales[active]
-    return FastResult(active, alpha[active] * c**2, beta, post.mu / c,
-                      post.Sigma / np.outer(c, c), gamma, post.log_evidence,
-                      np.array(evidence), actions, n_iter, converged)
+    return FastResult(active, alpha[active], beta, post.mu, post.Sigma, gamma,
+                      post.log_evidence, np.array(evidence), actions, n_iter, converged)
+
+
+def check_beta_schedule(beta_schedule):
+    """Refuse a β schedule that is not one of `BETA_SCHEDULES`."""
+    if beta_schedule not in BETA_SCHEDULES:
+        raise ValueError(f"beta_schedule must be one of {BETA_SCHEDULES}; got {beta_schedule!r}.")
 
 
 def fast_regression(Phi, t, *, beta_schedule="both", **settings):
@@ -242,21 +276,24 @@ def fast_regression(Phi, t, *, beta_schedule="both", **settings):
     the α settle, then continues from there with β learnt. Each reaches a local
     maximum of L(α, β) and neither is always the higher; 'both' runs the two and
     keeps the higher evidence (the fast-algorithm chapter measures all three).
-    ``settings`` go to `fast_marginal_likelihood`.
+    The columns are scaled to unit norm once for all runs; ``settings`` go to
+    `fast_on_unit_columns`.
     """
-    if beta_schedule not in BETA_SCHEDULES:
-        raise ValueError(f"beta_schedule must be one of {BETA_SCHEDULES}; got {beta_schedule!r}.")
+    check_beta_schedule(beta_schedule)
+    Phi_unit, scales = unit_columns(Phi)                # once, for every run
+    usable = scales > 0
     runs = []
     if beta_schedule in ("update", "both"):
-        runs.append(fast_marginal_likelihood(Phi, t, **settings))
+        runs.append(fast_on_unit_columns(Phi_unit, usable, t, **settings))
     if beta_schedule in ("hold", "both"):
-        held = fast_marginal_likelihood(Phi, t, update_beta=False, **settings)
+        held = fast_on_unit_columns(Phi_unit, usable, t, update_beta=False, **settings)
         alpha = np.full(Phi.shape[1], np.inf)
         alpha[held.active] = held.alpha
-        released = fast_marginal_likelihood(Phi, t, alpha=alpha, beta=held.beta, **settings)
+        released = fast_on_unit_columns(Phi_unit, usable, t, alpha=alpha, beta=held.beta,
+                                        **settings)
         runs.append(released._replace(
             evidence=np.concatenate([held.evidence, released.evidence]),
             actions=held.actions + released.actions,
             n_iter=held.n_iter + released.n_iter,
             converged=held.converged and released.converged))
-    return max(runs, key=lambda run: run.log_evidence)
+    return on_user_scale(max(runs, key=lambda run: run.log_evidence), scales)

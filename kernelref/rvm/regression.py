@@ -20,7 +20,7 @@ from kernelref.exceptions import ConvergenceWarning
 from kernelref.kernels import make_kernel
 from kernelref.rvm.design import (
     check_evidence_settings, column_scales, design_matrix, initial_beta)
-from kernelref.rvm.fast import ALIGNMENT_MAX, BETA_SCHEDULES, fast_regression
+from kernelref.rvm.fast import ALIGNMENT_MAX, check_beta_schedule, fast_regression
 from kernelref.rvm.reestimate import initial_alpha, reestimate
 
 __all__ = ["ALPHA_MAX", "RVR", "ConvergenceWarning"]
@@ -126,9 +126,7 @@ class RVR(RegressorMixin, BaseEstimator):
                 "update='accelerated' modifies the re-estimation of all α at once; use it "
                 "with method='reestimate' or 'em' (the fast method sets α_i = s_i²/(q_i² − s_i)).")
         check_evidence_settings(self)
-        if self.beta_schedule not in BETA_SCHEDULES:
-            raise ValueError(
-                f"beta_schedule must be one of {BETA_SCHEDULES}; got {self.beta_schedule!r}.")
+        check_beta_schedule(self.beta_schedule)
         X = check_training_samples(X, self.kernel)
         t = check_targets(y, X.shape[0], "y")
         if t.ndim != 1:
