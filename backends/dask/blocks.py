@@ -9,6 +9,9 @@ transpose of block (j, i).
 """
 
 import functools
+import threading
+
+import numpy as np
 
 
 def n_blocks(n, chunk_size):
@@ -41,10 +44,10 @@ def batches(blocks, chunk_size, n_threads):
     Each list holds about ``TASK_ENTRIES`` entries of K, but there are at
     least ``TASKS_PER_THREAD`` lists per thread while blocks last.
     """
-    by_size = max(1, TASK_ENTRIES // chunk_size ** 2)
+    by_size = max(1, TASK_ENTRIES // chunk_size**2)
     by_count = max(1, -(-len(blocks) // (TASKS_PER_THREAD * n_threads)))
     size = min(by_size, by_count)
-    return [blocks[start:start + size] for start in range(0, len(blocks), size)]
+    return [blocks[start : start + size] for start in range(0, len(blocks), size)]
 
 
 @functools.lru_cache(maxsize=8)
@@ -58,7 +61,9 @@ def _open_gram_array(path, build_token):
     """
     import zarr
 
-    return zarr.open_array(store=f"{path}/K", mode="r+", config={"write_empty_chunks": True})
+    return zarr.open_array(
+        store=f"{path}/K", mode="r+", config={"write_empty_chunks": True}
+    )
 
 
 def write_blocks(path, build_token, X, kernel, blocks, chunk_size):
@@ -78,3 +83,78 @@ def write_blocks(path, build_token, X, kernel, blocks, chunk_size):
         # the whole Gram matrix, so its diagonal is the kernel's own.
         K_store[rows, cols] = kernel(X[rows]) if i == j else kernel(X[rows], X[cols])
     return len(blocks)
+
+
+#: Kernels whose block k(X, Y) is one matrix product XYᵀ followed by an
+#: elementwise map; ``kernel_block`` computes them in a caller's buffer.
+def _map_linear(kernel, G, x_norms, y_norms):
+    return G
+
+
+def _map_polynomial(kernel, G, x_norms, y_norms):
+    G *= kernel.gamma
+    G += kernel.coef0
+    return np.power(G, kernel.degree, out=G)
+
+
+def _map_sigmoid(kernel, G, x_norms, y_norms):
+    G *= kernel.gamma
+    G += kernel.coef0
+    return np.tanh(G, out=G)
+
+
+def _map_rbf(kernel, G, x_norms, y_norms):
+    # −γ‖x − y‖² = 2γ xᵀy − γ‖x‖² − γ‖y‖², clipped at 0 against rounding.
+    G *= 2.0 * kernel.gamma
+    G -= kernel.gamma * x_norms[:, None]
+    G -= kernel.gamma * y_norms[None, :]
+    np.minimum(G, 0.0, out=G)
+    return np.exp(G, out=G)
+
+
+_ELEMENTWISE = {
+    "Linear": _map_linear,
+    "Polynomial": _map_polynomial,
+    "Sigmoid": _map_sigmoid,
+    "RBF": _map_rbf,
+}
+
+
+def kernel_block(kernel, X, Y, out=None, x_norms=None, y_norms=None):
+    """k(X, Y) by one matrix product and an elementwise map, written into `out`.
+
+    `out` is a float64 buffer of at least len(X) × len(Y) entries (reused from
+    call to call: first touching fresh memory costs more than the kernel
+    itself); the result is a view of it. For the RBF kernel ‖x‖² and ‖y‖² may
+    be passed (``x_norms``, ``y_norms``); the inputs should be centred (a
+    common shift changes no distance) so that the expansion loses little to
+    cancellation. Other kernels are evaluated by ``kernel(X, Y)``.
+    """
+    elementwise = _ELEMENTWISE.get(type(kernel).__name__)
+    if elementwise is None or type(kernel).__module__ != "kernelref.kernels.vector":
+        block = kernel(X, Y)
+        if out is None:
+            return block
+        view = out.reshape(-1)[: block.size].reshape(block.shape)
+        view[...] = block
+        return view
+    shape = (len(X), len(Y))
+    G = np.empty(shape) if out is None else out.reshape(-1)[: shape[0] * shape[1]]
+    G = G.reshape(shape)
+    np.matmul(X, Y.T, out=G)
+    if elementwise is _map_rbf:
+        x_norms = np.einsum("ij,ij->i", X, X) if x_norms is None else x_norms
+        y_norms = np.einsum("ij,ij->i", Y, Y) if y_norms is None else y_norms
+    return elementwise(kernel, G, x_norms, y_norms)
+
+
+_buffers = threading.local()
+
+
+def reusable_buffer(n_entries):
+    """A float64 buffer of at least `n_entries`, kept per thread and reused."""
+    buffer = getattr(_buffers, "value", None)
+    if buffer is None or buffer.size < n_entries:
+        buffer = np.empty(n_entries)
+        _buffers.value = buffer
+    return buffer

@@ -1,0 +1,566 @@
+"""The shared runtime of long backend fits: data in the store, checkpoints, progress.
+
+Every backend estimator is a loop on the client that sends the data-sized work
+to the workers (the design's "backend's shape"). This module is the part they
+share:
+
+- ``FitStore``: the fit's Zarr group. The training data is written into it once
+  in row chunks (a user's Zarr array is read where it is), and every task
+  reads its chunk from there with ``read_chunk``, so nothing irreplaceable is
+  ``scatter``ed: a task lost with a worker is recomputed by the scheduler. The
+  group records what the fit is (``identity``) and a fingerprint of the data;
+  a store for other data or another fit is refused.
+- ``save_state``/``load_state``: the client's state checkpointed atomically
+  (arrays in a fresh ``state-*`` group, then a small ``checkpoint.json`` with
+  the iteration and a sha256 of every array replaced in one rename).
+- ``map_chunks``: one round of tasks, ``func(ref, i, *args)`` for every chunk.
+- ``run_loop``: the loop itself — resume, step, checkpoint every few seconds,
+  progress; an exception saves the last complete state before it propagates.
+"""
+
+import collections
+import hashlib
+import json
+import os
+import pathlib
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import uuid
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+
+from kernelref._validation import check_integer
+
+__all__ = [
+    "ChunkRef",
+    "FitStore",
+    "Progress",
+    "Record",
+    "map_chunks",
+    "read_chunk",
+    "run_loop",
+]
+
+FORMAT = "kernelref.fit_store"
+FORMAT_VERSION = 1
+CHECKPOINT_FILE = "checkpoint.json"
+
+#: Rows of data a worker keeps in memory between tasks, in bytes. Chunks are
+#: re-read from the store beyond it, so a worker's memory does not grow with N.
+CHUNK_CACHE_BYTES = 256 * 2**20
+
+#: Rows hashed at a time when fingerprinting data that is not in memory.
+FINGERPRINT_ROWS = 65536
+
+
+# -- data ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class ChunkRef:
+    """Names rows of an array in a store: small, picklable, hashable.
+
+    ``token`` changes whenever the data at ``path`` is (re)written, so a
+    worker's cached chunks of earlier data are never used.
+    """
+
+    path: str
+    chunk_size: int
+    n: int
+    token: str
+
+    def rows(self, i):
+        return slice(i * self.chunk_size, min((i + 1) * self.chunk_size, self.n))
+
+    @property
+    def n_chunks(self):
+        return -(-self.n // self.chunk_size)
+
+
+class _ChunkCache:
+    """A worker's least-recently-used chunks, bounded by ``CHUNK_CACHE_BYTES``."""
+
+    def __init__(self, limit):
+        self.limit, self.size = limit, 0
+        self.items = collections.OrderedDict()
+        self.lock = threading.Lock()
+        self.arrays = {}
+
+    def get(self, ref, i):
+        key = (ref, i)
+        with self.lock:
+            if key in self.items:
+                self.items.move_to_end(key)
+                return self.items[key]
+        value = np.ascontiguousarray(self._array(ref)[ref.rows(i)], dtype=np.float64)
+        value.setflags(write=False)
+        with self.lock:
+            self.items[key] = value
+            self.size += value.nbytes
+            while self.size > self.limit and len(self.items) > 1:
+                _, old = self.items.popitem(last=False)
+                self.size -= old.nbytes
+        return value
+
+    def _array(self, ref):
+        import zarr
+
+        array = self.arrays.get(ref)
+        if array is None:
+            array = zarr.open_array(store=ref.path, mode="r")
+            self.arrays = {ref: array}
+        return array
+
+
+_cache = _ChunkCache(CHUNK_CACHE_BYTES)
+
+
+def read_chunk(ref, i):
+    """On a worker: the rows of chunk `i` of the array `ref` names, as float64.
+
+    Read once from the store and kept (read-only) while the cache has room.
+    """
+    return _cache.get(ref, i)
+
+
+def _sha256_rows(array, n):
+    """sha256 of an array's float64 bytes in row order, and of its shape."""
+    digest = hashlib.sha256(repr(tuple(array.shape)).encode())
+    for start in range(0, n, FINGERPRINT_ROWS):
+        block = np.asarray(array[start : start + FINGERPRINT_ROWS], dtype=np.float64)
+        digest.update(np.ascontiguousarray(block).tobytes())
+    return digest.hexdigest()
+
+
+def fingerprint(X):
+    """The data's identity: shape and sha256 (numpy, Zarr) or dask's token."""
+    if _is_dask(X):
+        from dask.base import tokenize
+
+        return {"shape": list(X.shape), "dask_token": tokenize(X)}
+    return {"shape": list(X.shape), "sha256": _sha256_rows(X, X.shape[0])}
+
+
+def _is_dask(X):
+    return type(X).__module__.startswith("dask.array")
+
+
+def _is_zarr(X):
+    return type(X).__module__.startswith("zarr")
+
+
+# -- the store -----------------------------------------------------------------
+class FitStore:
+    """The Zarr group of one fit: its data, its identity and its checkpoints.
+
+    Make one with ``prepare``. ``path`` is the group's directory; ``x_ref`` and
+    ``array_ref(name)`` name the data for the tasks.
+    """
+
+    def __init__(self, path, attrs, refs):
+        self.path = pathlib.Path(path)
+        self.attrs = attrs
+        self._refs = refs
+        self.n = int(attrs["n"])
+        self.chunk_size = int(attrs["chunk_size"])
+
+    @property
+    def n_chunks(self):
+        return -(-self.n // self.chunk_size)
+
+    def rows(self, i):
+        """The rows of chunk i: ``[i·c, min((i+1)·c, n))``."""
+        return slice(i * self.chunk_size, min((i + 1) * self.chunk_size, self.n))
+
+    @property
+    def x_ref(self):
+        return self._refs["X"]
+
+    def array_ref(self, name):
+        return self._refs[name]
+
+    def read(self, name):
+        """A data array of the store, whole, on the client (targets, weights)."""
+        import zarr
+
+        return zarr.open_array(store=self._refs[name].path, mode="r")[...]
+
+    # -- making ------------------------------------------------------------------
+    @classmethod
+    def prepare(cls, path, X, *, identity, chunk_size, client, arrays=None):
+        """Open the fit store at `path` for `X` and `identity`, writing the data once.
+
+        `path` None makes a temporary directory, removed at exit. `X` is a
+        numpy array, a ``zarr.Array`` (read in place) or a dask array (written
+        by the cluster); `arrays` maps names to numpy arrays of N rows.
+        `identity` is a JSON-able description of the fit (estimator,
+        formulation, hyperparameters, kernel). A store at `path` made for
+        other data or another identity is refused with a ValueError.
+        """
+        chunk_size = check_integer(
+            chunk_size, "chunk_size", meaning="It is the number of rows per chunk."
+        )
+        arrays = {} if arrays is None else dict(arrays)
+        identity = json.loads(json.dumps(identity, default=_json_default))
+        path = _temporary_path() if path is None else pathlib.Path(path).resolve()
+        data = {"X": fingerprint(X)}
+        data.update({name: fingerprint(np.asarray(a)) for name, a in arrays.items()})
+        wanted = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "identity": identity,
+            "data": data,
+            "n": int(X.shape[0]),
+            "chunk_size": chunk_size,
+        }
+        existing = _read_attrs(path)
+        if existing is not None and existing.get("data_complete"):
+            _refuse_mismatch(path, existing, wanted)
+            return cls(path, existing, _refs(path, existing))
+        if existing is None:
+            _check_empty(path)
+        return cls._write(path, X, arrays, wanted, client)
+
+    @classmethod
+    def _write(cls, path, X, arrays, attrs, client):
+        import zarr
+
+        token = uuid.uuid4().hex
+        attrs = dict(attrs, token=token, data_complete=False)
+        group = zarr.open_group(store=str(path), mode="w", attributes=attrs)
+        chunk_size = attrs["chunk_size"]
+        if _is_zarr(X):
+            attrs["x_path"] = str(pathlib.Path(str(X.store.root)) / X.path)
+        else:
+            _write_array(group, "X", X, chunk_size, client)
+        for name, a in arrays.items():
+            _write_array(group, name, np.asarray(a, dtype=np.float64), chunk_size, None)
+        attrs["data_complete"] = True
+        group.attrs.update(attrs)
+        return cls(path, attrs, _refs(path, attrs))
+
+    # -- checkpoints -------------------------------------------------------------
+    def save_state(self, state, iteration):
+        """Checkpoint `state` (numpy arrays and JSON-able scalars) atomically."""
+        import zarr
+
+        name = f"state-{uuid.uuid4().hex}"
+        group = zarr.open_group(store=str(self.path / name), mode="w")
+        arrays, scalars, checksums = {}, {}, {}
+        for key, value in state.items():
+            if isinstance(value, np.ndarray):
+                value = np.ascontiguousarray(value)
+                shape = value.shape if value.size else (0,) * value.ndim
+                stored = group.create_array(
+                    key,
+                    shape=shape,
+                    chunks=tuple(max(1, s) for s in shape),
+                    dtype=value.dtype,
+                )
+                if value.size:
+                    stored[...] = value
+                arrays[key] = [list(value.shape), value.dtype.str]
+                checksums[key] = hashlib.sha256(value.tobytes()).hexdigest()
+            else:
+                scalars[key] = value
+        record = {
+            "group": name,
+            "iteration": int(iteration),
+            "arrays": arrays,
+            "scalars": json.loads(json.dumps(scalars, default=_json_default)),
+            "sha256": checksums,
+        }
+        temporary = self.path / f"{CHECKPOINT_FILE}.{uuid.uuid4().hex}.tmp"
+        temporary.write_text(json.dumps(record))
+        os.replace(temporary, self.path / CHECKPOINT_FILE)
+        for old in self.path.glob("state-*"):
+            if old.name != name:
+                shutil.rmtree(old, ignore_errors=True)
+
+    def load_state(self):
+        """(state, iteration) of the last checkpoint, or None if there is none."""
+        import zarr
+
+        pointer = self.path / CHECKPOINT_FILE
+        if not pointer.is_file():
+            return None
+        fix = "refit with resume=False to start afresh"
+        try:
+            record = json.loads(pointer.read_text())
+            group = zarr.open_group(store=str(self.path / record["group"]), mode="r")
+            state = dict(record["scalars"])
+            for key, (shape, dtype) in record["arrays"].items():
+                value = np.zeros(shape, dtype) if 0 in shape else group[key][...]
+                value = np.asarray(value, dtype=dtype).reshape(shape)
+                if hashlib.sha256(value.tobytes()).hexdigest() != record["sha256"][key]:
+                    raise ValueError(f"array {key!r} does not match its checksum")
+                state[key] = value
+        except Exception as error:
+            raise ValueError(
+                f"the checkpoint in the fit store {str(self.path)!r} is damaged "
+                f"({error}); {fix}, or give another store."
+            ) from error
+        return state, int(record["iteration"])
+
+    def discard_state(self):
+        """Remove the checkpoint, so the next fit starts from the beginning."""
+        (self.path / CHECKPOINT_FILE).unlink(missing_ok=True)
+        for old in self.path.glob("state-*"):
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _write_array(group, name, A, chunk_size, client):
+    """`A` as array ``name`` of `group` in row chunks (a dask array by the cluster)."""
+    shape = tuple(A.shape)
+    chunks = (chunk_size,) + shape[1:]
+    array = group.create_array(name, shape=shape, chunks=chunks, dtype="float64")
+    if _is_dask(A):
+        import dask.array as da
+
+        # Dask chunks equal to the store's, so every task writes whole chunks.
+        A = A.astype(np.float64).rechunk(chunks)
+        stored = da.store(A, array, lock=False, compute=False)
+        client.compute(stored).result()
+    else:
+        for start in range(0, shape[0], chunk_size):
+            array[start : start + chunk_size] = A[start : start + chunk_size]
+
+
+def _refs(path, attrs):
+    n, c, token = attrs["n"], attrs["chunk_size"], attrs["token"]
+    names = ["X"] + [k for k in attrs["data"] if k != "X"]
+    refs = {name: ChunkRef(str(path / name), c, n, token) for name in names}
+    if attrs.get("x_path"):
+        refs["X"] = ChunkRef(attrs["x_path"], c, n, token)
+    return refs
+
+
+def _read_attrs(path):
+    meta = path / "zarr.json"
+    if not meta.is_file():
+        return None
+    try:
+        attrs = json.loads(meta.read_text()).get("attributes", {})
+    except (OSError, ValueError) as error:
+        raise ValueError(
+            f"the fit store {str(path)!r} has an unreadable zarr.json ({error}); "
+            "remove the directory or give another store."
+        ) from error
+    if attrs.get("format") != FORMAT:
+        raise ValueError(
+            f"store {str(path)!r} is a Zarr group but not a kernelref fit store; give "
+            "a new or empty directory as store=."
+        )
+    return attrs
+
+
+def _refuse_mismatch(path, existing, wanted):
+    fix = "give another store=, or remove this one to start afresh"
+    if existing.get("format_version") != wanted["format_version"]:
+        raise ValueError(
+            f"the fit store {str(path)!r} has format version "
+            f"{existing.get('format_version')}, this library writes "
+            f"{wanted['format_version']}; {fix}."
+        )
+    if (
+        existing["data"] != wanted["data"]
+        or existing["chunk_size"] != wanted["chunk_size"]
+    ):
+        raise ValueError(
+            f"the fit store {str(path)!r} holds other data (or another chunk_size) "
+            f"than this fit: stored {_summary(existing)}, given {_summary(wanted)}; "
+            f"{fix}."
+        )
+    if existing["identity"] != wanted["identity"]:
+        keys = sorted(
+            k
+            for k in set(existing["identity"]) | set(wanted["identity"])
+            if existing["identity"].get(k) != wanted["identity"].get(k)
+        )
+        raise ValueError(
+            f"the fit store {str(path)!r} holds another fit: it differs in {keys} "
+            f"(stored {[existing['identity'].get(k) for k in keys]}, given "
+            f"{[wanted['identity'].get(k) for k in keys]}); {fix}."
+        )
+
+
+def _summary(attrs):
+    X = attrs["data"]["X"]
+    digest = X.get("sha256", X.get("dask_token", ""))[:12]
+    return (
+        f"X of shape {tuple(X['shape'])} ({digest}…), chunk_size={attrs['chunk_size']}"
+    )
+
+
+def _check_empty(path):
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise ValueError(
+            f"store {str(path)!r} exists and is not a kernelref fit store; give a new "
+            "or empty directory (it is never cleared)."
+        )
+
+
+_temporaries = []
+
+
+def _temporary_path():
+    directory = tempfile.mkdtemp(prefix="kernelref-fit-")
+    _temporaries.append(weakref.finalize(_temporaries, shutil.rmtree, directory, True))
+    return pathlib.Path(directory) / "fit.zarr"
+
+
+def _json_default(value):
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"cannot store {value!r} in a fit store's attributes")
+
+
+# -- one round of tasks ----------------------------------------------------------
+def map_chunks(client, func, ref, *args):
+    """``func(ref, i, *args)`` on the workers for every chunk i; results in order.
+
+    Each argument enters the graph once, as the value of one task, and every
+    chunk's task depends on it: a worker's loss loses nothing the scheduler
+    cannot recompute, and the argument crosses the network once per worker.
+    """
+    values = [client.submit(_value, a, pure=False) for a in args]
+    futures = client.map(
+        func,
+        [ref] * ref.n_chunks,
+        range(ref.n_chunks),
+        *[[v] * ref.n_chunks for v in values],
+        pure=False,
+    )
+    try:
+        return client.gather(futures)
+    finally:
+        client.cancel(futures + values)
+
+
+def _value(a):
+    return a
+
+
+# -- progress ------------------------------------------------------------------
+@dataclass(frozen=True)
+class Record:
+    """What a fit reports after each outer iteration."""
+
+    iteration: int
+    measure: float
+    model_size: int
+    elapsed: float
+
+
+class Progress:
+    """The callback and, on a terminal, a progress bar (tqdm) on stderr.
+
+    `progress` is None (a bar on a terminal, nothing in a pipe), False
+    (nothing), or a callable receiving a ``Record`` after every iteration.
+    """
+
+    def __init__(self, progress, description, measure_name="measure", size_name="size"):
+        if not (progress is None or isinstance(progress, bool) or callable(progress)):
+            raise TypeError(
+                "progress must be None (a bar on a terminal), False (silent) or a "
+                f"callable receiving a Record; got {progress!r}."
+            )
+        self.callback = (
+            progress if callable(progress) and progress is not True else None
+        )
+        self.names = measure_name, size_name
+        self.start = time.perf_counter()
+        self.bar = None
+        stream = sys.stderr
+        if progress is not False and getattr(stream, "isatty", lambda: False)():
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(
+                desc=description, unit="it", file=stream, dynamic_ncols=True
+            )
+
+    def update(self, iteration, measure, model_size):
+        record = Record(
+            int(iteration),
+            float(measure),
+            int(model_size),
+            time.perf_counter() - self.start,
+        )
+        if self.bar is not None:
+            self.bar.update(record.iteration - self.bar.n)
+            measure_name, size_name = self.names
+            self.bar.set_postfix(
+                {measure_name: f"{record.measure:.3g}", size_name: record.model_size},
+                refresh=True,
+            )
+        if self.callback is not None:
+            self.callback(record)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+# -- the loop ------------------------------------------------------------------
+def run_loop(
+    fit,
+    store,
+    *,
+    progress=None,
+    resume=True,
+    checkpoint_seconds=5.0,
+    max_iter=None,
+    description="fit",
+):
+    """Run `fit` to convergence from its last checkpoint (or its start).
+
+    `fit` has ``start() -> state``, ``step(state) -> state`` (one outer
+    iteration, returning a new state: the old one stays intact until the step
+    has finished), ``done(state) -> bool`` and ``measure(state) -> (measure,
+    model_size)``; it may name them for the bar with ``measure_name`` and
+    ``size_name``. The state is checkpointed after the start, every
+    `checkpoint_seconds` and at the end; an exception (an interrupt, a lost
+    scheduler, a callback's own exception) checkpoints the last complete state
+    before it propagates. Returns (state, iterations).
+    """
+    loaded = store.load_state() if resume else None
+    if not resume:
+        store.discard_state()
+    with Progress(
+        progress,
+        description,
+        getattr(fit, "measure_name", "measure"),
+        getattr(fit, "size_name", "size"),
+    ) as bar:
+        if loaded is None:
+            state, iteration = fit.start(), 0
+            store.save_state(state, iteration)
+        else:
+            state, iteration = loaded
+        saved_at, saved_iteration = time.monotonic(), iteration
+        try:
+            while not fit.done(state) and (max_iter is None or iteration < max_iter):
+                state = fit.step(state)
+                iteration += 1
+                if time.monotonic() - saved_at >= checkpoint_seconds:
+                    store.save_state(state, iteration)
+                    saved_at, saved_iteration = time.monotonic(), iteration
+                bar.update(iteration, *fit.measure(state))
+        except BaseException:
+            if iteration != saved_iteration:
+                store.save_state(state, iteration)
+            raise
+    if iteration != saved_iteration:
+        store.save_state(state, iteration)
+    return state, iteration
