@@ -25,6 +25,7 @@ from kernelref._validation import (
 from kernelref.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from kernelref.kernels import make_kernel
 from kernelref.svm import problems
+from kernelref.svm.kkt import DualProblem
 from kernelref.svm.multiclass import (
     assemble_one_vs_one, ovo_decision, ovo_vote, ovr_from_ovo, pairs)
 from kernelref.svm.solver import solve
@@ -84,6 +85,10 @@ class _BaseSVM(BaseEstimator):
         return solve(qp, rows, tol=self.tol, shrinking=bool(self.shrinking),
                      max_iter=self.max_iter)
 
+    def _solve_all(self, qps, rows):
+        """The ``Solution`` of every QP, in order (a backend solves them concurrently)."""
+        return [self._solve(qp, rows) for qp in qps]
+
     def _set_support_vectors(self):
         if isinstance(self.kernel_, str):
             self.support_vectors_ = np.empty((0, 0))
@@ -122,16 +127,14 @@ class _BaseSVC(ClassifierMixin, _BaseSVM):
         C_class = self._class_bounds(y_index, len(self.classes_))
         self._check_feasible(y_index, w)
         X, rows = self._prepare(X_checked)
+        qps = self._pair_problems(y_index, C_class, w)
+        if getattr(self, "C", None) == np.inf:
+            for qp in qps:
+                self._check_separable(rows, qp.src, qp.y)
         coefs, rhos, self._r, n_iter = [], [], [], []
-        for i, j in pairs(len(self.classes_)):
-            idx = np.flatnonzero(((y_index == i) | (y_index == j)) & (w > 0))
-            y_pm = np.where(y_index[idx] == i, 1.0, -1.0)
-            qp = replace(self._problem(y_pm, C_class[y_index[idx]] * w[idx], w[idx]), src=idx)
-            if getattr(self, "C", None) == np.inf:
-                self._check_separable(rows, idx, y_pm)
-            s = self._solve(qp, rows)
+        for qp, s in zip(qps, self._solve_all(qps, rows)):
             scale = 1.0 / s.r if qp.nu else 1.0
-            coefs.append(dict(zip(idx.tolist(), y_pm * s.alpha * scale)))
+            coefs.append(dict(zip(qp.src.tolist(), qp.y * s.alpha * scale)))
             rhos.append(s.rho * scale)
             self._r.append(s.r)
             n_iter.append(s.n_iter)
@@ -145,6 +148,53 @@ class _BaseSVC(ClassifierMixin, _BaseSVM):
         self.n_iter_ = np.array(n_iter, dtype=np.int32)
         self._set_support_vectors()
         return self
+
+    def _pair_problems(self, y_index, C_class, w):
+        """The QP of every pair (i, j) in libsvm's order; class i is y = +1."""
+        qps = []
+        for i, j in pairs(len(self.classes_)):
+            idx = np.flatnonzero(((y_index == i) | (y_index == j)) & (w > 0))
+            y_pm = np.where(y_index[idx] == i, 1.0, -1.0)
+            qps.append(replace(self._problem(y_pm, C_class[y_index[idx]] * w[idx], w[idx]),
+                               src=idx))
+        return qps
+
+    def dual_problems(self, y, sample_weight=None):
+        """Each pair's QP with the (α, ρ, r) this fitted model holds, read back from
+        ``dual_coef_``, ``support_`` and ``intercept_`` (a list of ``DualProblem``):
+        what ``kkt_report`` certifies."""
+        check_is_fitted(self, "support_")
+        classes, y_index = check_classification_targets(y, len(y) if y is not None else 0, "y")
+        n, n_classes = len(y_index), len(classes)
+        w = self._sample_weight(sample_weight, n)
+        starts = np.concatenate([[0], np.cumsum(self.n_support_)])
+        binary = n_classes == 2
+        dual = -self.dual_coef_ if binary else self.dual_coef_
+        intercept = -self.intercept_ if binary else self.intercept_
+        out = []
+        for p, ((i, j), qp) in enumerate(zip(
+                pairs(n_classes),
+                self._pair_problems(y_index, self._class_bounds(y_index, n_classes), w))):
+            coef = np.zeros(n)
+            si, sj = slice(starts[i], starts[i + 1]), slice(starts[j], starts[j + 1])
+            coef[self.support_[si]] = dual[j - 1, si]
+            coef[self.support_[sj]] = dual[i, sj]
+            alpha, rho, r = qp.y * coef[qp.src], -intercept[p], 0.0
+            if qp.nu:
+                # libsvm keeps α/r and ρ/r; the ν problem itself is in the unscaled α.
+                r = self._r[p]
+                alpha, rho = alpha * r, rho * r
+            out.append(DualProblem(qp, alpha, rho, r, r if qp.nu else 1.0))
+        return out
+
+    def pairwise_decision(self, X):
+        """Decision value of every binary machine, libsvm's sign (> 0 favours class i
+        of pair (i, j)), shape (n_samples, n_pairs)."""
+        K_sv = self._kernel_to_sv(X)
+        return ovo_decision(K_sv, -self.dual_coef_ if len(self.classes_) == 2
+                            else self.dual_coef_,
+                            -self.intercept_ if len(self.classes_) == 2 else self.intercept_,
+                            self.n_support_)
 
     def _check_separable(self, rows, idx, y_pm):
         """Hard margin: is there β, b with y_n(Σ_m K_nm β_m + b) ≥ 1? (a linear program)."""
@@ -262,6 +312,27 @@ class _BaseRegressionLike(_BaseSVM):
         self.n_iter_ = s.n_iter
         self._r = [s.r]
         self._set_support_vectors()
+
+    def dual_problems(self, y=None, sample_weight=None):
+        """The QP with the (α, ρ, r) this fitted model holds, read back from
+        ``dual_coef_``, ``support_`` and ``intercept_``: a list of one ``DualProblem``."""
+        check_is_fitted(self, "support_")
+        n = self.shape_fit_[0]
+        w = self._sample_weight(sample_weight, n)
+        coef = np.zeros(n)
+        coef[self.support_] = self.dual_coef_[0]
+        keep = np.flatnonzero(w > 0)
+        if isinstance(self, OneClassSVM):
+            qp, alpha = self._problem(w[keep]), coef[keep]
+        else:
+            qp = self._problem(check_targets(y, n, "y")[keep], w[keep])
+            alpha = np.concatenate([np.maximum(coef[keep], 0), np.maximum(-coef[keep], 0)])
+        qp = replace(qp, src=keep[qp.src])
+        return [DualProblem(qp, alpha, -self.intercept_[0], self._r[0])]
+
+    def pairwise_decision(self, X):
+        """The decision values as one column, shape (n_samples, 1)."""
+        return self.decision_function(X)[:, None]
 
     def decision_function(self, X):
         """Σ_s dual_coef_s k(x_s, x) + b (labels ``svr-predict``, ``svm-one-class-dual``)."""

@@ -15,15 +15,13 @@ P(w, b, ξ) − D(α) ≥ 0 with P = ½‖w‖² + Σ C_t ξ_t − ρΔ − rΔ�
 and D = −f(α) (label ``svm-duality-gap``); it is 0 exactly at the optimum.
 """
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
-from kernelref._validation import check_classification_targets, check_samples, check_targets
-from kernelref.svm import problems
-from kernelref.svm.multiclass import pairs
+from kernelref._validation import check_samples
 
-__all__ = ["KKTReport", "kkt_report", "qp_kkt"]
+__all__ = ["DualProblem", "KKTReport", "gram_product", "kkt_report", "qp_kkt"]
 
 
 @dataclass
@@ -49,6 +47,19 @@ class KKTReport:
         return float(max([self.equality] + [a.max(initial=0.0) for a in arrays]))
 
 
+@dataclass
+class DualProblem:
+    """One binary machine's QP (svm-generic-qp) and the solution a fitted model holds:
+    α (unscaled for ν-SVC), ρ, r, and ``scale``, the factor that turns the model's
+    decision values into those of the QP (r for ν-SVC, whose model is α/r, ρ/r)."""
+
+    qp: object
+    alpha: np.ndarray
+    rho: float
+    r: float = 0.0
+    scale: float = 1.0
+
+
 #: α read back from ``dual_coef_`` (α/r for ν-SVC, rescaled here by r) carries a
 #: few ulps of rounding; within this relative distance of a bound it is on the bound.
 BOUND_RTOL = 1e-12
@@ -64,7 +75,15 @@ def qp_kkt(qp, K, alpha, rho, r=0.0, decision=None):
     """KKTReport of (α, ρ, r) for `qp`; `decision` the model's decision values on the
     samples of the variables (libsvm's sign), for the stationarity check."""
     alpha = _snap_to_bounds(alpha, qp.C)
-    G = problems.gradient(qp, K, alpha)
+    coef = np.bincount(qp.src, weights=qp.y * alpha, minlength=K.shape[0])
+    return _report(qp, alpha, rho, r, K @ coef, decision)
+
+
+def _report(qp, alpha, rho, r, K_coef, decision):
+    """The report from K_coef = K @ Σ_t y_t α_t e_src(t), the only use of the Gram
+    matrix: G = p + y ∘ K_coef[src] (label ``svm-gradient``)."""
+    alpha = _snap_to_bounds(alpha, qp.C)
+    G = qp.p + qp.y * K_coef[qp.src]
     g = G - rho * qp.y - r
     below, above = alpha < qp.C, alpha > 0
     primal = np.where(below, np.maximum(-g, 0.0), 0.0)
@@ -75,8 +94,7 @@ def qp_kkt(qp, K, alpha, rho, r=0.0, decision=None):
     delta2 = qp.alpha0.sum() if qp.nu else 0.0
     if qp.nu:
         equality = max(equality, abs(alpha.sum() - delta2))
-    coef = np.bincount(qp.src, weights=qp.y * alpha, minlength=K.shape[0])
-    f_model = (K @ coef)[qp.src] - rho
+    f_model = K_coef[qp.src] - rho
     stationarity = np.zeros(len(alpha)) if decision is None else np.abs(decision - f_model)
     xi = np.maximum(-g, 0.0)
     penalty = np.where(np.isfinite(qp.C), qp.C * xi, np.where(xi > 0, np.inf, 0.0))
@@ -87,72 +105,49 @@ def qp_kkt(qp, K, alpha, rho, r=0.0, decision=None):
                      float(primal_objective), float(-f))
 
 
-def _gram(estimator, X):
-    if isinstance(estimator.kernel_, str):
-        return X
-    return estimator.kernel_(X)
+#: Rows of the Gram matrix formed at a time by ``gram_product``.
+PRODUCT_ROWS = 1024
 
 
-def kkt_report(estimator, X, y=None, sample_weight=None):
+def gram_product(kernel, X):
+    """coef ↦ K @ coef for K = k(X, X), formed ``PRODUCT_ROWS`` rows at a time, so
+    no N × N array is ever held; ``kernel="precomputed"`` takes X as K."""
+    def product(coef):
+        if isinstance(kernel, str):
+            return X @ coef
+        out = np.empty((X.shape[0],) + coef.shape[1:])
+        used = np.flatnonzero(np.any(coef.reshape(len(coef), -1) != 0, axis=1))
+        for start in range(0, X.shape[0], PRODUCT_ROWS):
+            rows = slice(start, start + PRODUCT_ROWS)
+            out[rows] = kernel(X[rows], X[used]) @ coef[used]
+        return out
+    return product
+
+
+def kkt_report(estimator, X, y=None, sample_weight=None, *, product=None, decision=None):
     """KKTReport of a fitted SVC, NuSVC, SVR, NuSVR or OneClassSVM on its training data.
 
-    α is read back from the public ``dual_coef_``/``support_``, b from ``intercept_``.
-    Multiclass machines give one report per pair; the returned one holds the largest
-    violation and gap, with ``pair_reports`` listing all.
+    The estimator provides two public methods: ``dual_problems(y, sample_weight)``,
+    the QP of each binary machine with the (α, ρ, r) read back from ``dual_coef_``,
+    ``support_`` and ``intercept_``, and ``pairwise_decision(X)``, its decision
+    values in libsvm's sign. The Gram matrix enters only through
+    ``product(coef) = K @ coef`` for an (N, n_machines) matrix; the default forms
+    K in row blocks in memory, and a backend passes its own (computed on a
+    cluster), with `decision` computed there too. Multiclass machines give one
+    report per pair; the returned one holds the largest violation and gap, with
+    ``pair_reports`` listing all.
     """
-    from kernelref.svm.estimators import NuSVC, OneClassSVM, _BaseSVC
-
     X = check_samples(X, estimator.kernel_, "X")
-    K = _gram(estimator, X)
+    problems_ = estimator.dual_problems(y, sample_weight)
     n = X.shape[0]
-    w = np.ones(n) if sample_weight is None else np.asarray(sample_weight, float)
-    coef = np.zeros(n)
-    if not isinstance(estimator, _BaseSVC):
-        coef[estimator.support_] = estimator.dual_coef_[0]
-        decision = estimator.decision_function(X)
-        rho = -estimator.intercept_[0]
-        keep = np.flatnonzero(w > 0)
-        if isinstance(estimator, OneClassSVM):
-            qp = estimator._problem(w[keep])
-            alpha = coef[keep]
-        else:
-            z = check_targets(y, n, "y")
-            qp = estimator._problem(z[keep], w[keep])
-            alpha = np.concatenate([np.maximum(coef[keep], 0), np.maximum(-coef[keep], 0)])
-        qp = replace(qp, src=keep[qp.src])
-        return qp_kkt(qp, K, alpha, rho, estimator._r[0], decision[qp.src])
-    classes, y_index = check_classification_targets(y, n, "y")
-    n_classes = len(classes)
-    starts = np.concatenate([[0], np.cumsum(estimator.n_support_)])
-    binary = n_classes == 2
-    dual = -estimator.dual_coef_ if binary else estimator.dual_coef_
-    intercept = -estimator.intercept_ if binary else estimator.intercept_
-    if binary:
-        dec_all = -estimator.decision_function(X)[:, None]
-    else:
-        from kernelref.svm.multiclass import ovo_decision
-        K_sv = K[:, estimator.support_]
-        dec_all = ovo_decision(K_sv, estimator.dual_coef_, estimator.intercept_,
-                               estimator.n_support_)
-    C_class = estimator._class_bounds(y_index, n_classes)
-    reports = []
-    for p, (i, j) in enumerate(pairs(n_classes)):
-        idx = np.flatnonzero(((y_index == i) | (y_index == j)) & (w > 0))
-        y_pm = np.where(y_index[idx] == i, 1.0, -1.0)
-        coef = np.zeros(n)
-        coef[estimator.support_[starts[i]:starts[i + 1]]] = dual[j - 1, starts[i]:starts[i + 1]]
-        coef[estimator.support_[starts[j]:starts[j + 1]]] = dual[i, starts[j]:starts[j + 1]]
-        alpha = y_pm * coef[idx]
-        rho = -intercept[p]
-        qp = replace(estimator._problem(y_pm, C_class[y_index[idx]] * w[idx], w[idx]), src=idx)
-        decision = dec_all[idx, p]
-        if isinstance(estimator, NuSVC):
-            # libsvm returns α/r, ρ/r; the ν problem itself is in the unscaled α.
-            r = estimator._r[p]
-            alpha, rho, decision = alpha * r, rho * r, decision * r
-            reports.append(qp_kkt(qp, K, alpha, rho, r, decision))
-        else:
-            reports.append(qp_kkt(qp, K, alpha, rho, 0.0, decision))
+    coef = np.column_stack([
+        np.bincount(d.qp.src, weights=d.qp.y * _snap_to_bounds(d.alpha, d.qp.C),
+                    minlength=n) for d in problems_])
+    K_coef = (product or gram_product(estimator.kernel_, X))(coef)
+    if decision is None:
+        decision = estimator.pairwise_decision(X)
+    reports = [_report(d.qp, d.alpha, d.rho, d.r, K_coef[:, p], d.scale * decision[d.qp.src, p])
+               for p, d in enumerate(problems_)]
     worst = max(reports, key=lambda rep: rep.max_violation)
     worst.pair_reports = reports
     return worst
