@@ -7,12 +7,19 @@ argument, says what was wrong with it and how to fix it.
 import numbers
 
 import numpy as np
+import scipy.sparse as sp
 
 from kernelref.exceptions import NotFittedError  # noqa: F401  (raised here, and importable from here)
 
 
-def check_array(X, name="X", *, min_samples=1):
-    """Return `X` as a finite 2-D float64 array of shape (n_samples, n_features)."""
+def check_array(X, name="X", *, min_samples=1, accept_sparse=False):
+    """Return `X` as a finite 2-D float64 array of shape (n_samples, n_features).
+
+    A ``scipy.sparse`` X is refused unless `accept_sparse`; then it is returned
+    as a float64 CSR matrix, never made dense.
+    """
+    if sp.issparse(X):
+        return _check_sparse(X, name, min_samples, accept_sparse)
     if hasattr(X, "compute") and not isinstance(X, np.ndarray):
         X = X.compute()
     try:
@@ -37,13 +44,40 @@ def check_array(X, name="X", *, min_samples=1):
     return A
 
 
+def _check_sparse(X, name, min_samples, accept_sparse):
+    if not accept_sparse:
+        raise TypeError(
+            f"{name} is a scipy.sparse matrix, which is not supported here; sparse input "
+            "is taken by the linear, poly, rbf and sigmoid kernels. Pass a dense array "
+            f"({name}.toarray()) or use one of those kernels.")
+    if X.ndim != 2:
+        raise ValueError(f"{name} must be 2-D of shape (n_samples, n_features); "
+                         f"got shape {X.shape}.")
+    try:
+        A = X.tocsr().astype(np.float64)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} could not be converted to float64 ({exc}).") from None
+    if A.shape[0] < min_samples:
+        raise ValueError(f"{name} has {A.shape[0]} samples; at least {min_samples} are needed.")
+    if A.shape[1] == 0:
+        raise ValueError(f"{name} has 0 features; give at least one column.")
+    A.sum_duplicates()
+    bad = ~np.isfinite(A.data)
+    if bad.any():
+        row = int(np.searchsorted(A.indptr, np.flatnonzero(bad)[0], side="right") - 1)
+        raise ValueError(
+            f"{name} contains NaN or infinity (first at row {row}); "
+            "remove or impute those entries before fitting.")
+    return A
+
+
 def takes_objects(kernel):
     """True when `kernel` compares arbitrary objects (sets, strings, graphs)
     rather than rows of a float matrix; kernel names such as ``"rbf"`` do not."""
     return bool(getattr(kernel, "takes_objects", False))
 
 
-def check_samples(X, kernel, name="X", *, min_samples=1):
+def check_samples(X, kernel, name="X", *, min_samples=1, accept_sparse=False):
     """The samples as `kernel` takes them.
 
     For a kernel on vectors this is `check_array`: a finite 2-D float matrix.
@@ -54,7 +88,7 @@ def check_samples(X, kernel, name="X", *, min_samples=1):
     a string with a tuple, so a mixture is refused rather than scored zero.
     """
     if not takes_objects(kernel):
-        return check_array(X, name, min_samples=min_samples)
+        return check_array(X, name, min_samples=min_samples, accept_sparse=accept_sparse)
     if hasattr(X, "compute") and not isinstance(X, np.ndarray):
         X = X.compute()
     if isinstance(X, (str, bytes, set, frozenset, dict)) or not hasattr(X, "__len__"):
@@ -152,12 +186,12 @@ def check_is_fitted(estimator, attribute):
         )
 
 
-def check_training_samples(X, kernel, name="X"):
+def check_training_samples(X, kernel, name="X", *, accept_sparse=False):
     """The training samples as an estimator's `kernel` takes them (``check_samples``),
     or, for ``kernel="precomputed"``, the square training Gram matrix."""
     if isinstance(kernel, str) and kernel == "precomputed":
         return check_square_gram(X, name)
-    return check_samples(X, kernel, name)
+    return check_samples(X, kernel, name, accept_sparse=accept_sparse)
 
 
 def check_square_gram(K, name="K"):
