@@ -4,6 +4,7 @@
 """
 
 import numpy as np
+import scipy.sparse as sp
 
 from kernelref.kernels.base import Kernel, squared_distances
 from kernelref.kernels.compose import (
@@ -31,7 +32,9 @@ def resolve_gamma(gamma, X):
         return 1.0 / n_features
     if isinstance(gamma, str):
         if gamma == "scale":
-            variance = float(X.var())
+            # for sparse X, E[x²] − E[x]² from the stored entries, as scikit-learn
+            variance = (float(X.multiply(X).mean() - X.mean() ** 2) if sp.issparse(X)
+                        else float(X.var()))
             return 1.0 / (n_features * variance) if variance > 0 else 1.0
         if gamma == "auto":
             return 1.0 / n_features
@@ -39,6 +42,17 @@ def resolve_gamma(gamma, X):
     if not np.isfinite(gamma) or gamma <= 0:
         raise ValueError(f"gamma must be a finite number > 0; got {gamma!r}.")
     return float(gamma)
+
+
+#: the named kernels computed from inner products and norms alone
+SPARSE_KERNEL_NAMES = ("linear", "poly", "polynomial", "rbf", "sigmoid")
+
+
+def accepts_sparse(kernel):
+    """True when `kernel` (a name or a Kernel) takes ``scipy.sparse`` X."""
+    if isinstance(kernel, str):
+        return kernel in SPARSE_KERNEL_NAMES
+    return bool(getattr(kernel, "accepts_sparse", False))
 
 
 def make_kernel(kernel, X, gamma=None, degree=3, coef0=1.0):

@@ -10,9 +10,11 @@ of positive numbers or ``"fixed"`` — as in scikit-learn.
 
 import abc
 import copy
+import inspect
 import numbers
 
 import numpy as np
+import scipy.sparse as sp
 
 from kernelref.base import ParamsMixin
 
@@ -25,6 +27,8 @@ class Kernel(ParamsMixin, abc.ABC):
 
     #: names of the positive, learnable constructor arguments
     hyperparameter_names = ()
+    #: True for kernels computed from sparse products, which take ``scipy.sparse`` X
+    accepts_sparse = False
 
     @property
     def takes_objects(self):
@@ -119,7 +123,7 @@ class Kernel(ParamsMixin, abc.ABC):
 
     def gradient(self, X):
         """All log-hyperparameter gradients, shape (len(theta), n, n)."""
-        X = X if self.takes_objects else np.asarray(X, dtype=float)
+        X = X if self.takes_objects or sp.issparse(X) else np.asarray(X, dtype=float)
         terms = list(self._gradient_terms(X))
         return np.array(terms) if terms else np.empty((0, len(X), len(X)))
 
@@ -132,7 +136,7 @@ class Kernel(ParamsMixin, abc.ABC):
         the caller already has it, spares kernels whose gradient is a multiple
         of K (the Gaussian family, scaled kernels) from computing it again.
         """
-        X = X if self.takes_objects else np.asarray(X, dtype=float)
+        X = X if self.takes_objects or sp.issparse(X) else np.asarray(X, dtype=float)
         return np.array([np.vdot(W, G) for G in self._gradient_terms(X)])
 
     # -- composition (book: kernel construction rules) ------------------------------
@@ -174,6 +178,39 @@ class Kernel(ParamsMixin, abc.ABC):
             else:
                 params[name] = value
         return {"class": type(self).__name__, "params": params}
+
+    @classmethod
+    def from_spec(cls, spec):
+        """The kernel a ``spec()`` describes, e.g. one read back from JSON.
+
+        The class is looked up by name among kernelref's kernels only (a
+        registry of ``Kernel`` subclasses), so a spec can name no other code.
+        """
+        if not (isinstance(spec, dict) and set(spec) == {"class", "params"}):
+            raise ValueError(
+                "a kernel spec is {'class': NAME, 'params': {...}}, as Kernel.spec() "
+                f"returns; got {spec!r}.")
+        registry = _kernel_registry()
+        if spec["class"] not in registry:
+            raise ValueError(f"unknown kernel {spec['class']!r}; kernels are "
+                             f"{sorted(registry)}.")
+        params = {name: cls.from_spec(value) if isinstance(value, dict) else value
+                  for name, value in spec["params"].items()}
+        return registry[spec["class"]](**params)
+
+
+def _kernel_registry():
+    """Every concrete kernel class of kernelref, by class name."""
+    import kernelref.kernels  # noqa: F401  (the modules that define kernels)
+    import kernelref.structured  # noqa: F401
+
+    registry, todo = {}, [Kernel]
+    while todo:
+        cls = todo.pop()
+        todo += cls.__subclasses__()
+        if cls.__module__.startswith("kernelref.") and not inspect.isabstract(cls):
+            registry[cls.__name__] = cls
+    return registry
 
 
 def _check_same_domain(k1, k2, op):

@@ -6,6 +6,7 @@
 """
 
 import numpy as np
+import scipy.sparse as sp
 
 from kernelref.kernels.base import DEFAULT_BOUNDS, Kernel, as_2d
 
@@ -16,13 +17,14 @@ def _n_samples(X, name):
     objects as well as on vectors)."""
     if isinstance(X, np.ndarray) and X.dtype != object:
         return len(as_2d(X, name))
-    return len(X)
+    return X.shape[0] if sp.issparse(X) else len(X)
 
 
 class Constant(Kernel):
     """k(x, x′) = c, c > 0: the bias θ₂ of the GP kernel."""
 
     hyperparameter_names = ("value",)
+    accepts_sparse = True
 
     def __init__(self, value=1.0, value_bounds=DEFAULT_BOUNDS):
         self.value = value
@@ -51,6 +53,10 @@ class Sum(Kernel):
     def _children(self):
         return [("k1", self.k1), ("k2", self.k2)]
 
+    @property
+    def accepts_sparse(self):
+        return all(child.accepts_sparse for _, child in self._children())
+
     def __call__(self, X, Y=None):
         return self.k1(X, Y) + self.k2(X, Y)
 
@@ -74,6 +80,10 @@ class Product(Kernel):
 
     def _children(self):
         return [("k1", self.k1), ("k2", self.k2)]
+
+    @property
+    def accepts_sparse(self):
+        return all(child.accepts_sparse for _, child in self._children())
 
     def __call__(self, X, Y=None):
         return self.k1(X, Y) * self.k2(X, Y)
@@ -107,6 +117,10 @@ class Scaled(Kernel):
 
     def _children(self):
         return [("kernel", self.kernel)]
+
+    @property
+    def accepts_sparse(self):
+        return all(child.accepts_sparse for _, child in self._children())
 
     def __call__(self, X, Y=None):
         return self.scale * self.kernel(X, Y)

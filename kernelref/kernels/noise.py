@@ -6,8 +6,13 @@ the evidence can learn, as scikit-learn's ``WhiteKernel`` does.
 """
 
 import numpy as np
+import scipy.sparse as sp
 
 from kernelref.kernels.base import DEFAULT_BOUNDS, Kernel, as_2d
+
+
+def _n_rows(X, name="X"):
+    return X.shape[0] if sp.issparse(X) else len(as_2d(X, name))
 
 
 class White(Kernel):
@@ -20,19 +25,20 @@ class White(Kernel):
     """
 
     hyperparameter_names = ("noise_level",)
+    accepts_sparse = True
 
     def __init__(self, noise_level=1.0, noise_level_bounds=DEFAULT_BOUNDS):
         self.noise_level = noise_level
         self.noise_level_bounds = noise_level_bounds
 
     def __call__(self, X, Y=None):
-        n = len(as_2d(X))
+        n = _n_rows(X)
         if Y is None:
             return float(self.noise_level) * np.eye(n)
-        return np.zeros((n, len(as_2d(Y, "Y"))))
+        return np.zeros((n, _n_rows(Y, "Y")))
 
     def diag(self, X):
-        return np.full(len(as_2d(X)), float(self.noise_level))
+        return np.full(_n_rows(X), float(self.noise_level))
 
     def _gradient_terms(self, X):
         if self._own():

@@ -3,26 +3,67 @@ sigmoid, ARD Gaussian and the four-parameter kernel of the GP slides.
 
 Each class states its formula with the book's equation label; ``_gradient_terms``
 gives ∂K/∂log θ for the hyperparameters listed in ``hyperparameter_names``.
+
+The linear, polynomial, Gaussian and sigmoid kernels also take ``scipy.sparse``
+inputs (``accepts_sparse``), as libsvm does: each needs only the inner products
+xᵀx′ — a sparse product — and the squared norms ‖x‖², summed over the stored
+entries; X is never made dense, only the (n, m) kernel matrix is.
 """
 
 import numpy as np
+import scipy.sparse as sp
 from scipy.spatial.distance import cdist
 
 from kernelref.kernels.base import DEFAULT_BOUNDS, Kernel, as_2d, squared_distances
 
 
+def _matrix(X, name="X"):
+    """X as a float64 2-D array, or, when it is ``scipy.sparse``, as sparse CSR."""
+    if sp.issparse(X):
+        return X.tocsr().astype(np.float64, copy=False)
+    return as_2d(X, name)
+
+
+def _n_rows(X):
+    return X.shape[0] if sp.issparse(X) else len(as_2d(X))
+
+
 def _inner(X, Y=None):
-    X = as_2d(X)
-    return X @ (X if Y is None else as_2d(Y, "Y")).T
+    """The inner products xᵀy for all pairs, dense (n, m), from a sparse product
+    when X or Y is sparse."""
+    X = _matrix(X)
+    G = X @ (X if Y is None else _matrix(Y, "Y")).T
+    return G.toarray() if sp.issparse(G) else np.asarray(G)
 
 
 def _row_norms_sq(X):
-    X = as_2d(X)
+    X = _matrix(X)
+    if sp.issparse(X):
+        return np.asarray(X.multiply(X).sum(axis=1), dtype=float).ravel()
     return np.einsum("ij,ij->i", X, X)
+
+
+def _squared_distances(X, Y=None):
+    """‖x − y‖² for all pairs. Dense inputs go to ``squared_distances``; with a
+    sparse input it is ‖x‖² + ‖y‖² − 2xᵀy from the sparse product and norms
+    (centring X would make it dense), clipped at zero, the diagonal zero for
+    ``Y=None``."""
+    if not (sp.issparse(X) or sp.issparse(Y)):
+        return squared_distances(X, Y)
+    D = _inner(X, Y)
+    D *= -2.0
+    D += _row_norms_sq(X)[:, None]
+    D += _row_norms_sq(X if Y is None else Y)[None, :]
+    np.maximum(D, 0.0, out=D)
+    if Y is None:
+        np.fill_diagonal(D, 0.0)
+    return D
 
 
 class Linear(Kernel):
     """k(x, x′) = xᵀx′ (label ``kernel-linear``)."""
+
+    accepts_sparse = True
 
     def __init__(self):
         pass
@@ -39,6 +80,8 @@ class Polynomial(Kernel):
 
     Hyperparameters: ``gamma`` and, when it is positive, ``coef0``.
     """
+
+    accepts_sparse = True
 
     def __init__(self, degree=3, gamma=1.0, coef0=1.0,
                  gamma_bounds=DEFAULT_BOUNDS, coef0_bounds=DEFAULT_BOUNDS):
@@ -76,6 +119,7 @@ class RBF(Kernel):
     """
 
     hyperparameter_names = ("gamma",)
+    accepts_sparse = True
 
     def __init__(self, gamma=1.0, gamma_bounds=DEFAULT_BOUNDS):
         self.gamma = gamma
@@ -83,19 +127,19 @@ class RBF(Kernel):
 
     def log_kernel(self, X, Y=None):
         """log k(x, x′) = −γ‖x − x′‖², for normalising weights stably."""
-        return -self.gamma * squared_distances(X, Y)
+        return -self.gamma * _squared_distances(X, Y)
 
     def __call__(self, X, Y=None):
-        K = squared_distances(X, Y)
+        K = _squared_distances(X, Y)
         K *= -self.gamma
         return np.exp(K, out=K)
 
     def diag(self, X):
-        return np.ones(len(as_2d(X)))
+        return np.ones(_n_rows(X))
 
     def _gradient_terms(self, X):
         if self.hyperparameters:
-            D2 = squared_distances(X)
+            D2 = _squared_distances(X)
             yield -self.gamma * D2 * np.exp(-self.gamma * D2)
 
 
@@ -147,6 +191,7 @@ class Sigmoid(Kernel):
     """
 
     hyperparameter_names = ("gamma",)
+    accepts_sparse = True
 
     def __init__(self, gamma=1.0, coef0=0.0, gamma_bounds=DEFAULT_BOUNDS):
         self.gamma = gamma
