@@ -9,8 +9,10 @@ import scipy.sparse as sp
 from kernelref.kernels.base import Kernel, squared_distances
 from kernelref.kernels.compose import (
     Constant, Exp, Mapped, PolynomialOf, Product, Scaled, Sum, Warped)
+from kernelref.kernels.dot_product import DotProduct
 from kernelref.kernels.mercer import MercerReport, mercer_check
 from kernelref.kernels.noise import White
+from kernelref.kernels.stationary import ExpSineSquared, Matern, RationalQuadratic
 from kernelref.kernels.vector import (
     ARD, RBF, Bilinear, ExponentialQuadratic, Laplacian, Linear, Polynomial, Sigmoid)
 
@@ -20,6 +22,7 @@ __all__ = [
     "Product", "Scaled", "Sigmoid", "Sum", "Warped", "make_kernel", "mercer_check",
     "squared_distances",
     "White",
+    "DotProduct", "ExpSineSquared", "Matern", "RationalQuadratic",
 ]
 
 KERNEL_NAMES = ("linear", "poly", "rbf", "laplacian", "sigmoid", "precomputed")

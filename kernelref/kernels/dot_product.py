@@ -1,0 +1,69 @@
+"""The dot-product kernel of Gaussian-process practice: Bayesian linear
+regression with a bias as a kernel.
+
+k(x, x′) = σ₀² + xᵀx′ (label ``kernel-dot-product``) is the covariance of
+f(x) = w₀ + wᵀx with w₀ ~ N(0, σ₀²) and w ~ N(0, I) (GPML eq. 4.21 with Σ_p = I).
+The parametrisation is scikit-learn's ``DotProduct(sigma_0)``; the learnable
+hyperparameter is σ₀, with ∂k/∂log σ₀ = 2σ₀². Multiply by a ``Constant`` for the
+prior variance of w, or raise to a power with ``PolynomialOf``.
+"""
+
+import numbers
+
+import numpy as np
+
+from kernelref.kernels.base import DEFAULT_BOUNDS, Kernel, as_2d
+
+__all__ = ["DotProduct"]
+
+
+class DotProduct(Kernel):
+    """k(x, x′) = σ₀² + xᵀx′ with σ₀ ≥ 0; σ₀ = 0 is the homogeneous linear
+    kernel and leaves nothing to learn (as ``Polynomial``'s ``coef0 = 0``)."""
+
+    def __init__(self, sigma_0=1.0, sigma_0_bounds=DEFAULT_BOUNDS):
+        self.sigma_0 = sigma_0
+        self.sigma_0_bounds = sigma_0_bounds
+
+    @property
+    def sigma_0(self):
+        return self._sigma_0
+
+    @sigma_0.setter
+    def sigma_0(self, value):
+        if (
+            isinstance(value, (bool, np.bool_))
+            or not isinstance(value, numbers.Real)
+            or not np.isfinite(value)
+            or value < 0
+        ):
+            raise ValueError(
+                f"DotProduct: sigma_0 must be a finite number >= 0 (the prior standard "
+                f"deviation of the bias); got {value!r}."
+            )
+        self._sigma_0 = float(value)
+
+    @property
+    def hyperparameter_names(self):
+        return ("sigma_0",) if self.sigma_0 > 0 else ()
+
+    def __call__(self, X, Y=None):
+        X = as_2d(X)
+        K = X @ (X if Y is None else as_2d(Y, "Y")).T
+        K += self.sigma_0**2
+        return K
+
+    def diag(self, X):
+        X = as_2d(X)
+        return np.einsum("ij,ij->i", X, X) + self.sigma_0**2
+
+    def _gradient_terms(self, X):
+        if self._own():
+            n = len(as_2d(X))
+            yield np.full((n, n), 2.0 * self.sigma_0**2)
+
+    def gradient_dot(self, X, W, K=None):
+        """Σ_ab W_ab ∂K_ab/∂log σ₀ = 2σ₀² Σ_ab W_ab."""
+        if not self._own():
+            return np.empty(0)
+        return np.array([2.0 * self.sigma_0**2 * np.sum(W)])
