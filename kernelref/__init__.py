@@ -21,7 +21,15 @@ _ESTIMATORS = {
     "RVR": "kernelref.rvm",
 }
 
-__all__ = sorted(_ESTIMATORS) + ["kernels"]
+__all__ = sorted(_ESTIMATORS) + ["kernels", "load"]
+
+
+def load(path):
+    """The estimator saved at `path` by ``estimator.save(path)``; runs no code
+    from the file (see ``kernelref.io``)."""
+    from kernelref import io
+
+    return io.load(path)
 
 
 def __getattr__(name):

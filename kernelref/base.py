@@ -79,6 +79,14 @@ class BaseEstimator(ParamsMixin):
 
     _estimator_type = None
 
+    def save(self, path, provenance=None):
+        """Write this estimator to `path` as a model file: JSON metadata and raw
+        arrays, checksummed, no pickle (see ``kernelref.io``); ``kernelref.load``
+        reads it back."""
+        from kernelref import io
+
+        return io.save(self, path, provenance=provenance)
+
     def __sklearn_tags__(self):
         # Only scikit-learn calls this, so importing it here adds no dependency.
         from sklearn.utils import ClassifierTags, RegressorTags, Tags, TargetTags
