@@ -13,7 +13,7 @@ export OPENBLAS_NUM_THREADS = 1
 export MKL_NUM_THREADS = 1
 export PYDEVD_DISABLE_FILE_VALIDATION = 1
 
-.PHONY: book test bench install clean
+.PHONY: book test bench install clean chromium
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,13 +24,24 @@ $(STAMP): pyproject.toml
 	$(PY) -c "import matplotlib.pyplot" 2>/dev/null
 	touch $(STAMP)
 
-install: $(STAMP)
+install: $(STAMP) chromium
+
+# The layout test of the book measures the built pages in headless Chromium
+# (Debian's package; nothing is downloaded by pip or by a browser installer).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	else \
+	  echo "tests/book/test_layout.py needs Chromium: run 'sudo apt-get install chromium'" \
+	       "(Debian/Ubuntu) or put a chromium executable on PATH." >&2; \
+	fi
 
 book: $(STAMP)
 	rm -rf _build
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going
 
-test: $(STAMP)
+test: $(STAMP) chromium
 	$(PY) -m pytest
 
 bench: $(STAMP)

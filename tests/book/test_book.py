@@ -5,9 +5,7 @@ temporary directory, which executes every chapter (and so every check in it).
 The structural test reads the MyST sources and needs no build.
 """
 
-import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,7 +14,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 BOOK = REPO / "book"
 JUPYTER_BOOK = Path(sys.executable).with_name("jupyter-book")
-BUILD_TIMEOUT = 1800
+BUILD_TIMEOUT = 1800  # the build itself is the session fixture `book_build` (conftest.py)
 LOG_TAIL_LINES = 80
 
 # `$$ (label)` closes a labelled MyST display equation.
@@ -61,21 +59,6 @@ def test_every_labelled_equation_is_followed_by_a_check(source):
     assert not missing, (
         f"{source.name}: no asserting code cell after the equations {missing}; "
         "add a cell that checks each one before the next labelled equation.")
-
-
-@pytest.fixture(scope="module")
-def book_build(tmp_path_factory):
-    """Build the whole book once: the finished process and the HTML directory."""
-    if not JUPYTER_BOOK.exists():
-        pytest.fail(f"jupyter-book not found next to {sys.executable}; "
-                    "install the book extra: pip install -e '.[book]'.")
-    output = tmp_path_factory.mktemp("book")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-    completed = subprocess.run(
-        [str(JUPYTER_BOOK), "build", str(REPO), "-W", "-n", "--keep-going",
-         "--path-output", str(output)],
-        capture_output=True, text=True, env=env, timeout=BUILD_TIMEOUT)
-    return completed, output / "_build" / "html"
 
 
 def log_tail(completed):

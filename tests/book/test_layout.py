@@ -1,0 +1,190 @@
+"""Nothing in the built book is cut off: equations and code fit the text column.
+
+Headless Chromium opens every built page at a desktop width (1400 px) and at
+a phone width (390 px), waits for MathJax to typeset, unfolds every folded
+cell, and measures ``scrollWidth > clientWidth`` of each display equation and
+each code block. A wider element hides its right part behind a horizontal
+scroll bar (with the equation number drawn over it).
+
+At 1400 px every equation and every code block must fit. On a phone, code
+scrolls (88 characters cannot fit 390 px), but every equation must still fit.
+
+Chromium comes from Debian's ``chromium`` package, which ``make install``
+installs; the test fails (it does not skip) when Chromium is missing. Set
+``KERNELREF_BOOK_HTML`` to a built ``_build/html`` directory to measure that
+build instead of building the book again.
+"""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from chromium import Chromium, find_chromium
+
+pytestmark = pytest.mark.slow
+
+DESKTOP = 1400
+PHONE = 390
+# Sub-pixel rounding of text widths is not an overflow.
+SLACK_PX = 1
+
+# Waits for MathJax and the fonts, unfolds every <details>, and returns one
+# record per display equation and code block of the page's main text.
+MEASURE = r"""
+(async () => {
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
+    await MathJax.startup.promise;
+  }
+  await document.fonts.ready;
+  document.querySelectorAll('details').forEach((d) => { d.open = true; });
+  await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
+  const main = document.querySelector('main') || document.body;
+  const section = (el) => {
+    let node = el;
+    while (node && node !== main) {
+      if (node.tagName === 'SECTION' && node.id) return node.id;
+      node = node.parentElement;
+    }
+    return '';
+  };
+  const records = [];
+  main.querySelectorAll('div.math').forEach((math, i) => {
+    // MathJax's container scrolls; the equation number sits beside it
+    const el = math.querySelector('mjx-container') || math;
+    const eqno = math.querySelector('.eqno');
+    records.push({
+      kind: 'equation',
+      name: eqno ? eqno.textContent.replace('#', '').trim() : `unnumbered #${i + 1}`,
+      section: section(math),
+      scroll: el.scrollWidth,
+      client: el.clientWidth,
+    });
+  });
+  main.querySelectorAll('div.highlight pre').forEach((el) => {
+    const kind = el.closest('.cell_output') ? 'output'
+      : el.closest('.cell_input') ? 'code cell' : 'code block';
+    const lines = el.textContent.split('\n');
+    const longest = lines.reduce((a, b) => (b.length > a.length ? b : a), '');
+    records.push({
+      kind,
+      name: longest.trim().slice(0, 70),
+      section: section(el),
+      scroll: el.scrollWidth,
+      client: el.clientWidth,
+      chars: longest.length,
+    });
+  });
+  return records;
+})()
+"""
+
+
+def overflows(records, kinds):
+    return [
+        r
+        for r in records
+        if r["kind"] in kinds
+        and r["client"] > 0
+        and r["scroll"] > r["client"] + SLACK_PX
+    ]
+
+
+def describe(page, record):
+    where = f"{page}#{record['section']}" if record["section"] else page
+    extra = f", {record['chars']} characters" if "chars" in record else ""
+    return (
+        f"{where}: {record['kind']} {record['name']!r} is "
+        f"{record['scroll'] - record['client']} px wider than its "
+        f"{record['client']} px column{extra}"
+    )
+
+
+@pytest.fixture(scope="session")
+def book_html(request):
+    """The built HTML directory: KERNELREF_BOOK_HTML, or the session's build."""
+    given = os.environ.get("KERNELREF_BOOK_HTML")
+    if given:
+        return Path(given)
+    completed, html = request.getfixturevalue("book_build")
+    if completed.returncode != 0:
+        pytest.fail("the book did not build; see test_book_builds_without_warnings")
+    return html
+
+
+@pytest.fixture(scope="session")
+def measured(book_html):
+    """{width: {page: records}} for every chapter page at both widths."""
+    executable = find_chromium()
+    if executable is None:
+        pytest.fail(
+            "Chromium is needed to measure the built pages: run `make install` "
+            "(as root it installs Debian's package) or `apt-get install chromium`."
+        )
+    pages = sorted((book_html / "book").glob("*.html"))
+    assert pages, f"no chapter pages in {book_html / 'book'}"
+    browser = Chromium(executable)
+    try:
+        results = {}
+        for width in (DESKTOP, PHONE):
+            browser.set_width(width, mobile=width == PHONE)
+            results[width] = {}
+            for page in pages:
+                browser.open(page.as_uri())
+                results[width][page.name] = browser.evaluate(MEASURE)
+    finally:
+        browser.close()
+    return results
+
+
+def test_the_measurement_sees_equations_and_code(measured):
+    records = [r for page in measured[DESKTOP].values() for r in page]
+    kinds = {r["kind"] for r in records}
+    assert {"equation", "code cell", "code block"} <= kinds, kinds
+    numbered = [r for r in records if r["kind"] == "equation" and r["name"][0] == "("]
+    assert len(numbered) > 100, "fewer numbered equations than the book has"
+    assert all(r["client"] > 0 for r in records if r["kind"] == "equation")
+
+
+def test_a_wide_element_is_reported(tmp_path):
+    """The measurement itself: a page with one over-wide equation and code line."""
+    executable = find_chromium()
+    if executable is None:
+        pytest.fail("Chromium is missing: run `make install`.")
+    page = tmp_path / "wide.html"
+    page.write_text(
+        "<main><section id='s'><div class='math' style='overflow-x:auto;width:300px'>"
+        "<span style='display:inline-block;width:500px'>x</span></div>"
+        "<div class='highlight'><pre style='overflow-x:auto;width:300px'>"
+        + "a" * 200
+        + "</pre></div></section></main>"
+    )
+    browser = Chromium(executable)
+    try:
+        browser.set_width(DESKTOP)
+        browser.open(page.as_uri())
+        records = browser.evaluate(MEASURE)
+    finally:
+        browser.close()
+    wide = overflows(records, {"equation", "code block"})
+    assert [r["kind"] for r in wide] == ["equation", "code block"]
+    assert wide[0]["scroll"] - wide[0]["client"] == 200
+    assert "wide.html#s: equation" in describe("wide.html", wide[0])
+
+
+def test_equations_and_code_fit_the_column_at_1400_px(measured):
+    problems = [
+        describe(page, r)
+        for page, records in measured[DESKTOP].items()
+        for r in overflows(records, {"equation", "code cell", "code block"})
+    ]
+    assert not problems, f"{len(problems)} elements overflow:\n" + "\n".join(problems)
+
+
+def test_equations_fit_a_phone(measured):
+    problems = [
+        describe(page, r)
+        for page, records in measured[PHONE].items()
+        for r in overflows(records, {"equation"})
+    ]
+    assert not problems, f"{len(problems)} equations overflow:\n" + "\n".join(problems)
