@@ -19,6 +19,7 @@ _ESTIMATORS = {
     "NadarayaWatson": "kernelref.nadaraya_watson",
     "RVC": "kernelref.rvm",
     "RVR": "kernelref.rvm",
+    "SoftmaxGaussianProcessClassifier": "kernelref.gp_softmax",
 }
 
 __all__ = sorted(_ESTIMATORS) + ["kernels", "load"]

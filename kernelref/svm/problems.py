@@ -23,8 +23,9 @@ import mmap
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 
-from kernelref.kernels import RBF
+from kernelref.kernels import RBF, Linear, Polynomial, Sigmoid
 
 __all__ = ["QP", "ROW_CACHE_BYTES", "KernelRows", "c_svc", "dual_objective", "epsilon_svr",
            "gradient", "nu_svc", "nu_svr", "one_class"]
@@ -143,6 +144,8 @@ class KernelRows:
     """Rows k(x_n, ·) of the training Gram matrix, each computed once and cached.
 
     ``kernel`` is a kernel object, or ``"precomputed"`` with `X` the Gram matrix.
+    `X` may be ``scipy.sparse`` (for kernels that accept it): a row is then one
+    sparse product X x_n, as libsvm computes on sparse data.
     SMO touches only the rows of the variables it moves, so computing rows on
     demand costs less than building the whole matrix first. Rows take the cache
     slots in the order they are first asked for, and the cache grows by blocks
@@ -165,13 +168,21 @@ class KernelRows:
         self._blocks = []
         self._slot = np.full(n, -1)
         self._next_slot = 0
+        self._sparse = sp.issparse(X)
         self._fast_rbf = type(kernel) is RBF
-        if self._fast_rbf:
+        if self._sparse:
+            # Rows come from X x_n = Σ_j x_nj X[:, j] over the entries of x_n, so the
+            # columns of X are kept in CSC too; no D-long vector is ever formed.
+            self.X, self._Xc = X.tocsr(), X.tocsc()
+            self._norms = np.asarray(self.X.multiply(self.X).sum(axis=1), dtype=float).ravel()
+        elif self._fast_rbf:
             self._Xt = np.ascontiguousarray(X.T)
             self._gamma_norms = kernel.gamma * np.einsum("ij,ij->i", X, X)
 
     def _compute(self, n, out):
-        if self._fast_rbf:
+        if self._sparse:
+            self._compute_sparse(n, out)
+        elif self._fast_rbf:
             # exp(−γ‖x_n − x‖²) = exp(2γ x_nᵀx − γ‖x‖² − γ‖x_n‖²), one GEMV per row.
             np.matmul(self.X[n], self._Xt, out=out)
             out *= 2.0 * self.kernel.gamma
@@ -182,6 +193,31 @@ class KernelRows:
         else:
             out[:] = self.kernel(self.X[n:n + 1], self.X)[0]
         self.n_computed += 1
+
+    def _compute_sparse(self, n, out):
+        """Row n on sparse X. The kernels that accept sparse X are maps of the
+        inner products g = X x_n (the Gaussian also of the squared norms), and g
+        is one sparse product: the columns of X where x_n has entries."""
+        k, kind = self.kernel, type(self.kernel)
+        if kind not in (Linear, Polynomial, RBF, Sigmoid):
+            out[:] = k(self.X[n:n + 1], self.X)[0]
+            return
+        start, stop = self.X.indptr[n], self.X.indptr[n + 1]
+        out[:] = self._Xc[:, self.X.indices[start:stop]] @ self.X.data[start:stop]
+        if kind is RBF:
+            out *= 2.0
+            out -= self._norms
+            out -= self._norms[n]
+            np.minimum(out, 0.0, out=out)
+            out *= k.gamma
+            np.exp(out, out=out)
+        elif kind is not Linear:
+            out *= k.gamma
+            out += k.coef0
+            if kind is Polynomial:
+                out **= k.degree
+            else:
+                np.tanh(out, out=out)
 
     def _slot_row(self, slot):
         """The cache's storage for `slot`, mapping one more block when needed."""
