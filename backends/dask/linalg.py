@@ -41,6 +41,11 @@ __all__ = ["create_factor", "dual_coefficients", "tiled_cho_solve", "tiled_chole
 
 
 def _tile(A, i, j, b):
+    """Tile (i, j) of a Zarr array, or of a tile source: an object with
+    ``shape``, ``chunks`` and ``tile(i, j)`` that computes its tiles (a kernel
+    matrix evaluated on the worker, ``backends.dask.gp.tiles.KernelTiles``)."""
+    if hasattr(A, "tile"):
+        return np.array(A.tile(i, j), dtype=np.float64)
     n = A.shape[0]
     return np.asarray(A[block_slice(i, n, b), block_slice(j, n, b)], dtype=np.float64)
 
@@ -86,8 +91,9 @@ def _factor_tile(K, L, lam, i, j, b, *written):
 def tiled_cholesky(K, lam, L, client):
     """Write the lower Cholesky factor of K + λI into ``L``, tile by tile, on the cluster.
 
-    ``K`` and ``L`` are Zarr arrays of the same shape and square chunking; only the
-    tiles on and below the diagonal of K are read. Raises ``LinAlgError`` naming the
+    ``K`` and ``L`` are Zarr arrays of the same shape and square chunking (``K``
+    may instead be a tile source, see ``_tile``); only the tiles on and below the
+    diagonal of K are read. Raises ``LinAlgError`` naming the
     failing tile if K + λI is not positive definite.
     """
     n, b = K.shape[0], K.chunks[0]

@@ -1,0 +1,149 @@
+"""The client side of one exact GP fit on the cluster: store, factor, evaluations.
+
+``ExactFit`` holds the fit store (training data in row chunks, see
+``backends.dask.runtime``), the Zarr array of the one Cholesky factor the fit
+keeps (rewritten only when the matrix it factors changes: the factor is reused
+while θ stays the same), and the record of every evidence evaluation made by
+ML-II. That record is the fit's checkpoint: L-BFGS-B is deterministic, so a
+resumed fit replays the optimiser, answering each evaluation already made from
+the record, and reaches the same hyperparameters as an uninterrupted one.
+"""
+
+import numpy as np
+import zarr
+
+from backends.dask.gp.tiles import forward_norms, gradient_column, kernel_times
+from backends.dask.linalg import (
+    _wait_all,
+    create_factor,
+    tiled_cho_solve,
+    tiled_cholesky,
+)
+from backends.dask.runtime import Progress, map_chunks
+
+__all__ = ["ExactFit", "forward_norms_on"]
+
+
+class ExactFit:
+    """One fit's store, factor and evaluation record (a checkpoint per evaluation)."""
+
+    def __init__(self, store, client, progress, resume, description):
+        self.store, self.client = store, client
+        path = store.path / "factor"
+        if (path / "zarr.json").is_file():
+            self.factor = zarr.open_array(store=str(path), mode="r+")
+        else:
+            self.factor = create_factor(str(path), store.n, store.chunk_size)
+        self.bar = Progress(progress, description, "log evidence", "evaluations")
+        self.n_computed = 0
+        loaded = store.load_state() if resume else None
+        if not resume:
+            store.discard_state()
+        self.records = _empty_records() if loaded is None else loaded[0]
+        self.n_resumed = len(self.records["value"])
+
+    def close(self):
+        self.bar.close()
+
+    # -- the factor -----------------------------------------------------------------
+    def factorise(self, tiles, lam, key):
+        """Write chol(tiles + λI) into the factor array unless it already holds it.
+
+        ``key`` (JSON-able) names the matrix; it is set in the array's attributes
+        only after the last tile is written, so a cut-short factorisation is
+        never reused.
+        """
+        attrs = self.factor.attrs
+        if attrs.get("complete") is True and attrs.get("key") == key:
+            return
+        attrs.update({"complete": False, "key": None})
+        tiled_cholesky(tiles, lam, self.factor, self.client)
+        attrs.update({"complete": True, "key": key})
+
+    def log_diagonal_sum(self):
+        """Σ_i log L_ii, from the factor's diagonal tiles."""
+        L, b, n = self.factor, self.store.chunk_size, self.store.n
+        total = 0.0
+        for start in range(0, n, b):
+            rows = slice(start, min(start + b, n))
+            total += np.log(np.diag(np.asarray(L[rows, rows]))).sum()
+        return float(total)
+
+    def solve(self, t):
+        """(L Lᵀ)⁻¹ t by blocked substitution on the cluster."""
+        return tiled_cho_solve(self.factor, t, self.client)
+
+    def gradient(self, kernel, F, G, s, D=None):
+        """Σ_ab Σ_ab ∂K_ab/∂log θ with Σ = ½ sym(F Gᵀ) − s D P D (``gradient_column``).
+
+        One task per column block c of P = (L Lᵀ)⁻¹; the longest (small c) first.
+        """
+        T = self.store.n_chunks
+        futures = [
+            self.client.submit(
+                gradient_column,
+                self.factor,
+                kernel,
+                self.store.x_ref,
+                c,
+                F,
+                G,
+                s,
+                D,
+                pure=False,
+                priority=T - c,
+            )
+            for c in range(T)
+        ]
+        return np.sum(_wait_all(self.client, futures), axis=0)
+
+    def forward_norms(self, rhs_blocks, alpha, full):
+        return forward_norms_on(self.client, self.factor, rhs_blocks, alpha, full)
+
+    def kernel_times(self, tiles, v):
+        """K v, streamed on the workers (the kernel tiles are computed, not stored)."""
+        parts = map_chunks(self.client, kernel_times, self.store.x_ref, tiles, v)
+        return np.concatenate(parts, axis=0)
+
+    # -- the record of evaluations ----------------------------------------------------
+    def recorded(self, theta, gradient):
+        """The recorded (value, gradient) at exactly this θ, or None."""
+        theta = np.asarray(theta, dtype=np.float64)
+        for k in range(len(self.records["value"])):
+            if np.array_equal(self.records["theta"][k], theta):
+                g = self.records["gradient"][k]
+                if gradient and np.isnan(g).any():
+                    return None
+                return float(self.records["value"][k]), g.copy()
+        return None
+
+    def record(self, theta, value, gradient):
+        """Add an evaluation, checkpoint the record, report progress."""
+        theta = np.asarray(theta, dtype=np.float64)
+        g = np.full(theta.shape, np.nan) if gradient is None else np.asarray(gradient)
+        r = self.records
+        p = theta.size
+        r["theta"] = np.concatenate([r["theta"].reshape(-1, p), theta[None]])
+        r["value"] = np.append(r["value"], value)
+        r["gradient"] = np.concatenate([r["gradient"].reshape(-1, p), g[None]])
+        self.n_computed += 1
+        n = len(r["value"])
+        self.store.save_state(r, n)
+        self.bar.update(n, value, n)
+
+
+def forward_norms_on(client, factor, rhs_blocks, alpha, full):
+    """``forward_norms`` for each right-hand side, one task each, in order."""
+    futures = [
+        client.submit(forward_norms, factor, rhs, alpha, full, pure=False)
+        for rhs in rhs_blocks
+    ]
+    return _wait_all(client, futures)
+
+
+def _empty_records():
+    return {
+        "theta": np.zeros((0, 0)),
+        "value": np.zeros(0),
+        "gradient": np.zeros((0, 0)),
+    }

@@ -1,0 +1,210 @@
+"""Worker-side tile algebra of the exact Gaussian-process fits.
+
+Every quantity of the exact GP (regression and Laplace classification) is
+computed from one lower Cholesky factor L, of K + σ²I or of
+B = I + W^½KW^½, held tile by tile in a Zarr array (``backends.dask.linalg``).
+The kernel tiles are never stored: ``KernelTiles`` computes tile (i, j) on the
+worker from the chunks i and j of the training inputs in the fit store
+(``backends.dask.runtime.read_chunk``), so the factorisation reads the data,
+not an N × N Gram matrix.
+
+Three tasks follow the factor:
+
+- ``gradient_column`` forms column block c of the inverse P = (L Lᵀ)⁻¹ by
+  forward and back substitution on the identity's block c (rows i ≥ c only, by
+  symmetry) and contracts each tile of Σ = ½ sym(F Gᵀ) − s·D P D with the
+  tile of ∂K/∂log θ (labels ``gp-lml-grad``, ``gpc-evidence-gradient``). The
+  N × N inverse and the N × N × p gradient array are never formed.
+- ``forward_norms`` solves L V = R for row tiles R_i of a right-hand side and
+  returns the column sums of V∘V (or VᵀV) and Rᵀα: the predictive variance and
+  mean (labels ``gp-predictive-mean``, ``gp-predictive-var``, ``gpc-predictive``).
+- ``kernel_times`` is one row chunk of the streamed product K v.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.linalg import solve_triangular
+
+from backends.dask.blocks import block_slice, n_blocks
+from backends.dask.linalg import _tile
+from backends.dask.runtime import read_chunk
+
+__all__ = [
+    "CrossRhs",
+    "KernelTiles",
+    "forward_norms",
+    "gradient_column",
+    "kernel_times",
+    "tile_gradient_dot",
+]
+
+
+@dataclass(frozen=True)
+class KernelTiles:
+    """The tiles of D (K + jI) D + λI's matrix part D (K + jI) D, computed on a worker.
+
+    ``kernel`` is the kernel, ``x_ref`` the ``ChunkRef`` of the training inputs,
+    ``jitter`` j is added to K's diagonal and ``scale`` is the diagonal of D
+    (``None``: D = I). A diagonal tile is ``kernel(X_i)``, as the reference
+    evaluates the whole Gram matrix with Y omitted (a White kernel adds its noise
+    there only). Quacks like a square-chunked Zarr array for ``linalg``.
+    """
+
+    kernel: object
+    x_ref: object
+    jitter: float = 0.0
+    scale: object = None
+
+    @property
+    def shape(self):
+        return (self.x_ref.n, self.x_ref.n)
+
+    @property
+    def chunks(self):
+        return (self.x_ref.chunk_size, self.x_ref.chunk_size)
+
+    def raw(self, i, j):
+        """K_ij + j·I (if i = j), unscaled."""
+        X_i = read_chunk(self.x_ref, i)
+        if i == j:
+            K = np.array(self.kernel(X_i), dtype=np.float64)
+            K.flat[:: len(K) + 1] += self.jitter
+            return K
+        return np.asarray(self.kernel(X_i, read_chunk(self.x_ref, j)), dtype=np.float64)
+
+    def tile(self, i, j):
+        K = self.raw(i, j)
+        if self.scale is not None:
+            K *= self.scale[self.x_ref.rows(i), None]
+            K *= self.scale[None, self.x_ref.rows(j)]
+        return K
+
+
+@dataclass(frozen=True)
+class CrossRhs:
+    """Row tiles R_i = D_i k(X_i, Y) of a right-hand side, for test inputs Y."""
+
+    kernel: object
+    x_ref: object
+    Y: np.ndarray
+    scale: object = None
+
+    def raw(self, i):
+        return np.asarray(
+            self.kernel(read_chunk(self.x_ref, i), self.Y), dtype=np.float64
+        )
+
+    def scaled(self, i, raw):
+        return raw if self.scale is None else raw * self.scale[self.x_ref.rows(i), None]
+
+
+@dataclass(frozen=True)
+class ColumnRhs:
+    """Row tiles R_i = D_i K_ic of column block c of the training Gram matrix."""
+
+    tiles: KernelTiles
+    c: int
+
+    def raw(self, i):
+        return self.tiles.raw(i, self.c)
+
+    def scaled(self, i, raw):
+        s = self.tiles.scale
+        return raw if s is None else raw * s[self.tiles.x_ref.rows(i), None]
+
+
+def tile_gradient_dot(kernel, X_i, X_j, W_ij, same):
+    """Σ_ab W_ab ∂K_ab/∂log θ over tile (i, j) and, off the diagonal, its mirror (j, i).
+
+    ``gradient_dot`` contracts a square Gram matrix; an off-diagonal tile is the
+    corner of the Gram matrix of the stacked inputs [X_i; X_j], contracted with
+    [[0, W], [Wᵀ, 0]], which counts the tile and its transpose: 2 Σ W ∘ ∂K_ij.
+    """
+    if same:
+        return np.asarray(kernel.gradient_dot(X_i, W_ij), dtype=np.float64)
+    m = len(X_i)
+    Z = np.concatenate([X_i, X_j], axis=0)
+    W = np.zeros((len(Z), len(Z)))
+    W[:m, m:] = W_ij
+    W[m:, :m] = W_ij.T
+    return np.asarray(kernel.gradient_dot(Z, W), dtype=np.float64)
+
+
+def inverse_column(L, c):
+    """Rows i ≥ c of column block c of P = (L Lᵀ)⁻¹, as a list of tiles from c on.
+
+    Forward: L Z = E_c (Z_i = 0 for i < c, as L is lower); back: Lᵀ P = Z,
+    from the last block row up to row c. About (T − c)² tile products.
+    """
+    n, b = L.shape[0], L.chunks[0]
+    T = n_blocks(n, b)
+    rows = [block_slice(i, n, b) for i in range(T)]
+    size = [r.stop - r.start for r in rows]
+    Z = {}
+    for i in range(c, T):
+        rhs = np.eye(size[c]) if i == c else np.zeros((size[i], size[c]))
+        for j in range(c, i):
+            rhs -= _tile(L, i, j, b) @ Z[j]
+        Z[i] = solve_triangular(_tile(L, i, i, b), rhs, lower=True, check_finite=False)
+    for i in reversed(range(c, T)):
+        rhs = Z[i]
+        for j in range(i + 1, T):
+            rhs -= _tile(L, j, i, b).T @ Z[j]
+        Z[i] = solve_triangular(
+            _tile(L, i, i, b), rhs, lower=True, trans=1, check_finite=False
+        )
+    return [Z[i] for i in range(c, T)]
+
+
+def gradient_column(L, kernel, x_ref, c, F, G, s, D):
+    """Σ over tiles (i, c), i ≥ c, of the contraction of Σ_ic with ∂K_ic (and mirror).
+
+    Σ = ½ (F Gᵀ + G Fᵀ) − s · D P D with P = (L Lᵀ)⁻¹ and D = diag(``D``) (None:
+    D = I). Regression: F = α, G = ½α, s = ½·targets; classification:
+    F = [a, u], G = [½a, ∇log p], s = ½, D = W^½.
+    """
+    P = inverse_column(L, c)
+    X_c = read_chunk(x_ref, c)
+    rows_c = x_ref.rows(c)
+    total = 0.0
+    for offset, P_ic in enumerate(P):
+        i = c + offset
+        rows_i = x_ref.rows(i)
+        W = 0.5 * (F[rows_i] @ G[rows_c].T + G[rows_i] @ F[rows_c].T)
+        if D is not None:
+            P_ic = P_ic * D[rows_i, None] * D[None, rows_c]
+        W -= s * P_ic
+        total = total + tile_gradient_dot(kernel, read_chunk(x_ref, i), X_c, W, i == c)
+    return total
+
+
+def forward_norms(L, rhs, alpha, full):
+    """Solve L V = R tile by tile; return (Σ_i raw(R_i)ᵀ α_i, Σ_rows V∘V or VᵀV).
+
+    ``rhs`` gives the row tiles (``CrossRhs`` or ``ColumnRhs``); ``alpha`` (N, k)
+    or None. V is held only while the substitution needs it.
+    """
+    n, b = L.shape[0], L.chunks[0]
+    T = n_blocks(n, b)
+    V, mean, second = [], None, None
+    for i in range(T):
+        raw = rhs.raw(i)
+        if alpha is not None:
+            term = raw.T @ alpha[block_slice(i, n, b)]
+            mean = term if mean is None else mean + term
+        R = rhs.scaled(i, raw)
+        for j in range(i):
+            R -= _tile(L, i, j, b) @ V[j]
+        V.append(solve_triangular(_tile(L, i, i, b), R, lower=True, check_finite=False))
+        part = V[i].T @ V[i] if full else np.einsum("ij,ij->j", V[i], V[i])
+        second = part if second is None else second + part
+    return mean, second
+
+
+def kernel_times(x_ref, i, tiles, v):
+    """Row chunk i of K v, the kernel tiles computed on the worker (no Gram stored)."""
+    out = 0.0
+    for j in range(x_ref.n_chunks):
+        out = out + tiles.raw(i, j) @ v[x_ref.rows(j)]
+    return out
