@@ -33,7 +33,7 @@ chromium:
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
 	else \
-	  echo "tests/book/test_layout.py needs Chromium: run 'sudo apt-get install chromium'" \
+	  echo "tests/book/test_build_layout.py needs Chromium: run 'sudo apt-get install chromium'" \
 	       "(Debian/Ubuntu) or put a chromium executable on PATH." >&2; \
 	fi
 

@@ -19,7 +19,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from chromium import Chromium, find_chromium
 
 pytestmark = pytest.mark.slow
