@@ -1,0 +1,245 @@
+"""The ``kernelref`` command: train, evaluate and predict without writing Python.
+
+Exit status 0 on success, 2 for a wrong command line, 1 for a failure (bad
+data, a damaged model file, an unreachable cluster); every error names the
+file, line, column or argument at fault and the fix.
+"""
+
+import argparse
+import sys
+
+from kernelref.cli import commands, libsvm, runtime
+from kernelref.cli.data import DataError
+from kernelref.cli.models import UsageError
+
+DESCRIPTION = """\
+Kernel machines from the command line: fit a model on a data file, save it as a
+kernelref model file (JSON and raw arrays, never pickle), predict and evaluate
+with it, build Gram stores, and train SVMs with libsvm's options.
+
+Data files: CSV (.csv/.tsv, header row or not; --target names the target
+column, or numbers it from 0), libsvm/svmlight format, .npy/.npz (arrays X
+and y), Zarr (an array, or a group with arrays X and y).
+"""
+
+EXAMPLES = """\
+examples:
+  kernelref fit SVC --data train.csv --target label --param C=10 --param gamma=0.5 \\
+      --out svc.krm
+  kernelref predict svc.krm --data test.csv --out predictions.csv
+  kernelref evaluate svc.krm --data test.csv --target label
+  kernelref fit KernelRidge --data big.zarr --backend dask --scheduler tcp://host:8786 \\
+      --store /shared/gram.zarr --param lam=0.1 --out ridge.krm
+  kernelref fit GaussianProcessRegressor --data t.csv --target y \\
+      --param 'kernel={"class": "RBF", "params": {"gamma": 0.5}}' --out gp.krm
+  kernelref gram --data X.npy --kernel rbf --param gamma=0.1 --store gram.zarr
+  kernelref info svc.krm
+  kernelref svm-train -s 0 -t 2 -g 0.5 -c 10 heart_scale heart.krm
+  kernelref svm-predict heart_scale.t heart.krm out.txt
+
+Models: the estimators of kernelref and kernelref.svm (SVC, NuSVC, SVR, NuSVR,
+OneClassSVM, KernelRidge, NadarayaWatson, KernelPCA, GaussianProcessRegressor,
+GaussianProcessClassifier, RVR, RVC); with --backend dask, those backends.dask
+also offers. Run `kernelref svm-train -h` for libsvm's options.
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+def _data_options(
+    parser, target_help="the target column: a header name or a number from 0"
+):
+    parser.add_argument("--data", required=True, metavar="FILE", help="the data file")
+    parser.add_argument("--target", metavar="COLUMN", help=target_help)
+    parser.add_argument(
+        "--header",
+        choices=("auto", "yes", "no"),
+        default="auto",
+        help="whether a CSV file's first row names the columns (default: auto)",
+    )
+
+
+def _cluster_options(parser):
+    group = parser.add_argument_group("cluster (with --backend dask)")
+    group.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="a running scheduler, e.g. tcp://10.0.0.1:8786 or tls://...; "
+        "default: an embedded local cluster",
+    )
+    group.add_argument(
+        "--scheduler-file",
+        metavar="FILE",
+        help="the scheduler's JSON file (dask scheduler --scheduler-file)",
+    )
+    group.add_argument(
+        "--tls-ca-file", metavar="PEM", help="the cluster's CA certificate"
+    )
+    group.add_argument("--tls-cert", metavar="PEM", help="this client's certificate")
+    group.add_argument("--tls-key", metavar="PEM", help="this client's private key")
+    group.add_argument(
+        "--timeout",
+        type=float,
+        default=runtime.DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help=f"give up on an unreachable scheduler after this long "
+        f"(default {runtime.DEFAULT_TIMEOUT:g})",
+    )
+
+
+def _verbosity(parser):
+    parser.add_argument(
+        "--quiet",
+        "-q",
+        action="store_true",
+        help="no progress bars or notes, results only",
+    )
+    parser.add_argument(
+        "--verbose", action="store_true", help="log what runs to stderr"
+    )
+
+
+def build_parser():
+    parser = _Parser(
+        prog="kernelref",
+        description=DESCRIPTION,
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    p = sub.add_parser(
+        "fit",
+        help="fit a model on a data file and save it",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EXAMPLES,
+    )
+    p.add_argument(
+        "model", metavar="MODEL", help="an estimator's name, e.g. SVC or RVR"
+    )
+    _data_options(p)
+    p.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a constructor parameter (repeat); values are JSON or text, a kernel "
+        'is a spec {"class": ..., "params": ...}',
+    )
+    p.add_argument("--backend", choices=("reference", "dask"), default="reference")
+    p.add_argument("--store", metavar="DIR", help="the backend's store directory")
+    p.add_argument(
+        "--out", required=True, metavar="MODEL_FILE", help="where to save the model"
+    )
+    _cluster_options(p)
+    _verbosity(p)
+
+    p = sub.add_parser("predict", help="predict with a saved model")
+    p.add_argument("model_file", metavar="MODEL_FILE")
+    _data_options(
+        p, "a column to drop from the features (the target, if the file has one)"
+    )
+    p.add_argument(
+        "--out",
+        required=True,
+        metavar="FILE",
+        help=".npy, .csv (with a header) or text (one row per line)",
+    )
+    p.add_argument("--proba", action="store_true", help="class probabilities")
+    p.add_argument(
+        "--std", action="store_true", help="predictive mean and standard deviation"
+    )
+    _verbosity(p)
+
+    p = sub.add_parser("evaluate", help="score a saved model on labelled data")
+    p.add_argument("model_file", metavar="MODEL_FILE")
+    _data_options(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    _verbosity(p)
+
+    p = sub.add_parser("gram", help="build a Gram store (Zarr) on a Dask cluster")
+    _data_options(p, "a column to drop from the features")
+    p.add_argument(
+        "--kernel",
+        default="rbf",
+        help="linear, poly, rbf, laplacian, sigmoid, or a kernel spec (JSON)",
+    )
+    p.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="gamma=, degree= or coef0= of a named kernel",
+    )
+    p.add_argument("--store", required=True, metavar="DIR")
+    p.add_argument("--chunk-size", type=int, default=1024)
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a store built for other data or another kernel",
+    )
+    _cluster_options(p)
+    _verbosity(p)
+
+    p = sub.add_parser("info", help="what a model file or store holds")
+    p.add_argument("path", metavar="MODEL_FILE|STORE")
+    _verbosity(p)
+
+    sub.add_parser(
+        "svm-train",
+        help="libsvm's svm-train (run with -h for its options)",
+        add_help=False,
+    )
+    sub.add_parser(
+        "svm-predict",
+        help="libsvm's svm-predict (run with -h for its options)",
+        add_help=False,
+    )
+    return parser
+
+
+COMMANDS = {
+    "fit": commands.fit,
+    "predict": commands.predict,
+    "evaluate": commands.evaluate,
+    "gram": commands.gram,
+    "info": commands.info,
+}
+
+
+def main(argv=None):
+    """Run the command line; returns the exit status (the console script exits with it)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        if argv and argv[0] == "svm-train":
+            return libsvm.svm_train(argv[1:])
+        if argv and argv[0] == "svm-predict":
+            return libsvm.svm_predict(argv[1:])
+        args = build_parser().parse_args(argv)
+        if args.command is None:
+            build_parser().print_help()
+            return 2
+        return COMMANDS[args.command](args)
+    except UsageError as error:
+        print(f"kernelref: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("kernelref: interrupted", file=sys.stderr)
+        return 130
+    except (
+        DataError,
+        ValueError,
+        TypeError,
+        OSError,
+        RuntimeError,
+        ImportError,
+    ) as error:
+        print(f"kernelref: error: {error}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,301 @@
+"""The subcommands fit, predict, evaluate, gram and info."""
+
+import json
+import os
+import sys
+
+import numpy as np
+
+from kernelref import io
+from kernelref.cli import data, models, runtime
+from kernelref.cli.models import UsageError
+
+
+def say(args, text):
+    """A result line on stdout (kept under --quiet: results are the point)."""
+    print(text)
+
+
+def log(args, text):
+    if args.verbose:
+        print(f"kernelref: {text}", file=sys.stderr)
+
+
+# -- fit -------------------------------------------------------------------------------
+def fit(args):
+    cls = models.estimator_class(args.model, args.backend)
+    params = models.parse_params(args.param, cls)
+    _check_writable(args.out)
+    accepted = cls._param_names()
+    if args.store is not None:
+        if "store" not in accepted:
+            raise UsageError(
+                f"--store: {cls.__module__}.{cls.__name__} keeps no store; "
+                "drop --store or use --backend dask."
+            )
+        params["store"] = args.store
+    client = runtime.connect(args) if args.backend == "dask" else _refuse_cluster(args)
+    try:
+        X, y = data.read(
+            args.data, args.target, args.header, lazy=args.backend == "dask"
+        )
+        _check_target(cls, y, args)
+        if "progress" in accepted and "progress" not in params:
+            params["progress"] = (
+                (False if args.quiet else None)
+                if not args.verbose
+                else runtime.progress_callback(runtime._NoBar(), args)
+            )
+        estimator = cls(**params)
+        log(args, f"fitting {estimator!r} on {args.data} ({_shape(X)})")
+        with runtime.progress_bar(args, 1, f"fit {cls.__name__}") as bar:
+            estimator.fit(X) if y is None else estimator.fit(X, y)
+            bar.update(1)
+        estimator.save(
+            args.out,
+            provenance={
+                "data": data.fingerprint(args.data),
+                "command": _command_line(),
+            },
+        )
+    finally:
+        if client is not None:
+            client.close()
+    say(args, f"saved {type(estimator).__name__} to {args.out}")
+    return 0
+
+
+def _check_target(cls, y, args):
+    if y is None and cls._estimator_type in ("classifier", "regressor"):
+        raise UsageError(
+            f"{cls.__name__} learns from targets: give --target COLUMN (a header "
+            f"name or a column number from 0) for {args.data}."
+        )
+
+
+def _refuse_cluster(args):
+    if args.scheduler or args.scheduler_file:
+        raise UsageError("--scheduler/--scheduler-file need --backend dask.")
+
+
+def _check_writable(path):
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise UsageError(f"--out {path}: the directory {directory} does not exist.")
+
+
+def _shape(X):
+    return f"{len(X)} samples" + (
+        f" × {X.shape[1]} features" if np.ndim(X) == 2 else ""
+    )
+
+
+def _command_line():
+    return " ".join(["kernelref"] + sys.argv[1:])
+
+
+# -- predict ---------------------------------------------------------------------------
+def predict(args):
+    model = io.load(args.model_file)
+    X, _ = data.read(args.data, args.target, args.header)
+    if args.proba and args.std:
+        raise UsageError("give --proba or --std, not both.")
+    if args.proba:
+        if not hasattr(model, "predict_proba"):
+            raise UsageError(
+                f"{type(model).__name__} gives no probabilities; drop --proba "
+                "(an SVC gives them when trained with svm-train -b 1)."
+            )
+        result, names = model.predict_proba(X), [f"p({c})" for c in model.classes_]
+    elif args.std:
+        try:
+            mean, std = model.predict(X, return_std=True)
+        except TypeError:
+            raise UsageError(
+                f"{type(model).__name__} gives no predictive standard "
+                "deviation; drop --std."
+            ) from None
+        result, names = np.column_stack([mean, std]), ["mean", "std"]
+    elif hasattr(model, "predict"):
+        result, names = model.predict(X), ["prediction"]
+    else:
+        result, names = model.transform(X), None
+    write_output(args.out, result, names)
+    say(args, f"wrote {len(result)} predictions to {args.out}")
+    return 0
+
+
+def write_output(path, result, names=None):
+    """.npy, or text: CSV with a header for .csv, one row per line otherwise."""
+    result = np.asarray(result)
+    if path.lower().endswith(".npy"):
+        np.save(path, result, allow_pickle=False)
+        return
+    rows = result.reshape(len(result), -1)
+    with open(path, "w", encoding="utf-8") as f:
+        if (
+            path.lower().endswith(".csv")
+            and names is not None
+            and len(names) == rows.shape[1]
+        ):
+            f.write(",".join(names) + "\n")
+        separator = "," if path.lower().endswith(".csv") else " "
+        f.writelines(separator.join(_text(v) for v in row) + "\n" for row in rows)
+
+
+def _text(value):
+    if isinstance(value, (float, np.floating)):
+        return repr(float(value))
+    return str(value)
+
+
+# -- evaluate --------------------------------------------------------------------------
+def evaluate(args):
+    model = io.load(args.model_file)
+    X, y = data.read(args.data, args.target, args.header)
+    if y is None:
+        raise UsageError(
+            f"evaluate compares predictions with targets: give --target COLUMN "
+            f"for {args.data}."
+        )
+    report = {"model": type(model).__name__, "samples": len(y)}
+    kind = getattr(model, "_estimator_type", None)
+    predicted = model.predict(X)
+    if kind == "classifier":
+        report["accuracy"] = float(np.mean(predicted == _like(y, predicted)))
+    else:
+        residual = np.asarray(predicted, dtype=float) - np.asarray(y, dtype=float)
+        report["rmse"] = float(np.sqrt(np.mean(residual**2)))
+        report["r2"] = float(model.score(X, y))
+    for name in ("log_marginal_likelihood_value_", "log_evidence_"):
+        if hasattr(model, name):
+            report["log_evidence"] = float(getattr(model, name))
+    if hasattr(model, "support_"):
+        report["support_vectors"] = len(model.support_)
+    if hasattr(model, "relevance_"):
+        report["relevance_vectors"] = len(model.relevance_)
+    report.update(_kkt(model, X, y, args))
+    if args.json:
+        print(json.dumps(report))
+    else:
+        for key, value in report.items():
+            say(
+                args,
+                f"{key}: {value:.6g}"
+                if isinstance(value, float)
+                else f"{key}: {value}",
+            )
+    return 0
+
+
+def _like(y, predicted):
+    """Targets read as floats compared with integer labels, or as given."""
+    if np.asarray(predicted).dtype.kind in "iuf" and np.asarray(y).dtype.kind == "f":
+        return y.astype(np.asarray(predicted).dtype)
+    return y
+
+
+def _kkt(model, X, y, args):
+    """The KKT certificate of an SVM, on its own training data only (the
+    certificate speaks of the training problem): recognised by the data
+    fingerprint recorded when the model was fitted."""
+    if not hasattr(model, "dual_problems"):
+        return {}
+    provenance = io.read_header(args.model_file)["provenance"].get("data", {})
+    if provenance.get("sha256") != data.fingerprint(args.data).get("sha256"):
+        return {"kkt": "not shown: the data are not the model's training data"}
+    from kernelref.svm import kkt_report
+
+    labels = y if model._estimator_type != "classifier" else _like(y, model.classes_)
+    certificate = kkt_report(
+        model, X, None if type(model).__name__ == "OneClassSVM" else labels
+    )
+    return {"kkt_max_violation": float(certificate.max_violation)}
+
+
+# -- gram ------------------------------------------------------------------------------
+def gram(args):
+    from kernelref.kernels import make_kernel
+
+    try:
+        from backends.dask.gram_store import GramStore
+    except ImportError:
+        raise UsageError(
+            "gram builds a Zarr store on Dask: pip install 'kernelref[dask]'."
+        ) from None
+    options = {"gamma": None, "degree": 3, "coef0": 1.0}
+    spec = models.parse_value(args.kernel, "--kernel")
+    for pair in args.param:
+        name, equals, text = pair.partition("=")
+        if not equals or name not in options:
+            raise UsageError(
+                f"--param {pair!r}: gram takes gamma=, degree= and coef0= (or a "
+                'kernel spec as --kernel \'{"class": ..., "params": ...}\').'
+            )
+        options[name] = models.parse_value(text, f"--param {name}")
+    X, _ = data.read(args.data, args.target, args.header)
+    try:
+        kernel = make_kernel(spec, X, **options)
+    except (TypeError, ValueError) as error:
+        raise UsageError(f"--kernel/--param: {error}") from None
+    client = runtime.connect(args)
+    try:
+        blocks = -(-len(X) // args.chunk_size)
+        with runtime.progress_bar(
+            args, blocks * (blocks + 1) // 2, "Gram blocks"
+        ) as bar:
+            done_before = [0]
+
+            def advance(done, total):
+                bar.update(done - done_before[0])
+                done_before[0] = done
+
+            store = GramStore.build(
+                args.store,
+                X,
+                kernel,
+                chunk_size=args.chunk_size,
+                client=client,
+                overwrite=args.overwrite,
+                progress=advance,
+            )
+    finally:
+        if client is not None:
+            client.close()
+    say(args, f"built {store!r}")
+    return 0
+
+
+# -- info ------------------------------------------------------------------------------
+def info(args):
+    path = args.path
+    if os.path.isdir(path):
+        try:
+            import zarr
+        except ImportError:
+            raise UsageError(
+                f"{path} is a directory (a store?); reading stores needs the "
+                "dask extra: pip install 'kernelref[dask]'."
+            ) from None
+        try:
+            group = zarr.open_group(store=path, mode="r")
+        except Exception as error:  # noqa: BLE001 (zarr raises many kinds)
+            raise UsageError(
+                f"{path} is neither a model file nor a Zarr store ({error})."
+            ) from None
+        attrs = dict(group.attrs)
+        say(
+            args,
+            f"{path}: {attrs.get('format', 'Zarr group')} version "
+            f"{attrs.get('version', '?')}",
+        )
+        for key, value in attrs.items():
+            say(args, f"{key}: {json.dumps(value)}")
+        for name in sorted(group.array_keys()):
+            say(
+                args,
+                f"array {name}: shape {group[name].shape}, chunks {group[name].chunks}",
+            )
+        return 0
+    say(args, io.describe(path))
+    return 0

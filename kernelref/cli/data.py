@@ -1,0 +1,291 @@
+"""Reading the command line's data files: CSV, libsvm/svmlight, .npy/.npz, Zarr.
+
+Every reader returns ``(X, y)`` (``y`` is ``None`` without a target) and
+refuses a malformed file with a `DataError` naming the file, the line and the
+column, and saying how to fix it.
+"""
+
+import csv
+import hashlib
+import os
+import re
+
+import numpy as np
+
+_FIELD = re.compile(r"\S+")
+
+
+class DataError(ValueError):
+    """A data file the command line cannot read; the message names where and why."""
+
+
+def read(path, target=None, header="auto", lazy=False):
+    """X and y from the file at `path`, by its extension.
+
+    `target` names the target column (a CSV header name, or an integer index
+    counted from 0, negative from the end; for .npz and Zarr groups the name of
+    the target array). libsvm files always carry their target. With `lazy`, a
+    Zarr array is returned as a dask array, read chunk by chunk by the backend.
+    """
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise DataError(f"{path}: no such data file; check the path.")
+    kind = format_of(path)
+    if kind == "libsvm":
+        if target is not None:
+            raise DataError(
+                f"{path}: a libsvm file has its target in the first field; "
+                "drop --target."
+            )
+        return read_libsvm(path)
+    if kind == "csv":
+        return read_csv(path, target, header)
+    if kind == "npy":
+        return _split(np.load(path, allow_pickle=False), target, path)
+    if kind == "npz":
+        return _read_arrays(np.load(path, allow_pickle=False), target, path)
+    return _read_zarr(path, target, lazy)
+
+
+def format_of(path):
+    """The format by extension (.csv .tsv .npy .npz .zarr), else by content."""
+    lower = path.lower().rstrip("/")
+    for suffix, kind in (
+        (".csv", "csv"),
+        (".tsv", "csv"),
+        (".npy", "npy"),
+        (".npz", "npz"),
+        (".zarr", "zarr"),
+    ):
+        if lower.endswith(suffix):
+            return kind
+    if os.path.isdir(path):
+        return "zarr"
+    return "libsvm" if _looks_libsvm(path) else "csv"
+
+
+def _looks_libsvm(path):
+    """A first data line like ``+1 3:0.5 7:1`` (or a bare label: no features)."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            fields = line.split("#", 1)[0].split()
+            if fields:
+                return "," not in line and (len(fields) == 1 or ":" in fields[1])
+    return False
+
+
+def read_libsvm(path):
+    """libsvm's sparse format: ``label index:value ...`` with indices from 1 in
+    increasing order; ``#`` starts a comment (svmlight). Returns dense X with as
+    many columns as the largest index, as libsvm's ``svm-train`` reads it."""
+    labels, rows, width = [], [], 0
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            fields = [
+                (m.start() + 1, m.group())
+                for m in _FIELD.finditer(line.split("#", 1)[0])
+            ]
+            if not fields:
+                continue
+            labels.append(_number(fields[0][1], path, number, 1, "the label"))
+            row, previous = {}, 0
+            for column, field in fields[1:]:
+                index, colon, value = field.partition(":")
+                if not colon or not index.isdigit() or int(index) < 1:
+                    raise DataError(
+                        f"{path}:{number}:{column}: expected index:value with an index from 1, "
+                        f"got {field!r}. libsvm lines read 'label 1:0.5 4:2.0'."
+                    )
+                if int(index) <= previous:
+                    raise DataError(
+                        f"{path}:{number}:{column}: index {index} does not increase "
+                        f"(after {previous}); sort each line's indices."
+                    )
+                previous = int(index)
+                row[previous] = _number(
+                    value,
+                    path,
+                    number,
+                    column + len(index) + 1,
+                    f"the value of feature {index}",
+                )
+            width = max(width, previous)
+            rows.append(row)
+    if not rows:
+        raise DataError(
+            f"{path}: no data lines; a libsvm file has one 'label i:v ...' per line."
+        )
+    X = np.zeros((len(rows), width))
+    for n, row in enumerate(rows):
+        for index, value in row.items():
+            X[n, index - 1] = value
+    return X, np.array(labels)
+
+
+def _number(text, path, line, column, what):
+    try:
+        value = float(text)
+    except ValueError:
+        raise DataError(
+            f"{path}:{line}:{column}: {what} {text!r} is not a number; "
+            "write it as e.g. 0.5 or 1e-3."
+        ) from None
+    if not np.isfinite(value):
+        raise DataError(
+            f"{path}:{line}:{column}: {what} is {text!r}; give finite numbers "
+            "(drop or impute missing values first)."
+        )
+    return value
+
+
+def read_csv(path, target=None, header="auto"):
+    """A CSV file (comma, or tab for .tsv) of numbers, with or without a header
+    row; the target column may hold class names."""
+    delimiter = "\t" if path.lower().endswith(".tsv") else ","
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = [
+            (n, row)
+            for n, row in enumerate(csv.reader(f, delimiter=delimiter), 1)
+            if row and any(cell.strip() for cell in row)
+        ]
+    if not rows:
+        raise DataError(f"{path}: the file has no rows.")
+    names = None
+    if header == "yes" or (header == "auto" and _is_header(rows)):
+        names = [cell.strip() for cell in rows[0][1]]
+        rows = rows[1:]
+    width = len(rows[0][1]) if rows else len(names)
+    j = _target_column(target, names, width, path)
+    X = np.empty((len(rows), width - (j is not None)))
+    y = []
+    for i, (number, row) in enumerate(rows):
+        if len(row) != width:
+            raise DataError(
+                f"{path}:{number}: {len(row)} columns where the first row has "
+                f"{width}; every row needs the same columns."
+            )
+        features = [cell for k, cell in enumerate(row) if k != j]
+        for k, cell in enumerate(features):
+            column = k + (j is not None and k >= j)
+            name = f" ({names[column]!r})" if names else ""
+            X[i, k] = _number(
+                cell.strip(), path, number, column + 1, f"column {column + 1}{name}"
+            )
+        if j is not None:
+            y.append(row[j].strip())
+    if j is None:
+        return X, None
+    return X, _labels(y)
+
+
+def _is_header(rows):
+    def numeric(cell):
+        try:
+            float(cell)
+        except ValueError:
+            return False
+        return True
+
+    first = rows[0][1]
+    if len(rows) == 1:
+        return not any(numeric(c) for c in first)
+    second = rows[1][1]
+    return any(not numeric(a) and numeric(b) for a, b in zip(first, second)) or not any(
+        numeric(c) for c in first
+    )
+
+
+def _target_column(target, names, width, path):
+    if target is None:
+        return None
+    if names is not None and target in names:
+        return names.index(target)
+    try:
+        j = int(target)
+    except ValueError:
+        known = f"the columns are {names}" if names else "the file has no header row"
+        raise DataError(
+            f"{path}: no column named {target!r} ({known}); give --target as a "
+            "header name or a column number counted from 0."
+        ) from None
+    if not -width <= j < width:
+        raise DataError(
+            f"{path}: --target {j} is outside the {width} columns (0 to "
+            f"{width - 1}, or negative from the end)."
+        )
+    return j % width
+
+
+def _labels(values):
+    """Targets as floats when all are numbers, else as the class names given."""
+    try:
+        return np.array([float(v) for v in values])
+    except ValueError:
+        return np.array(values)
+
+
+def _split(A, target, path):
+    if A.ndim != 2:
+        raise DataError(
+            f"{path}: expected a 2-D array (samples × features); got shape {A.shape}."
+        )
+    if target is None:
+        return A, None
+    j = _target_column(target, None, A.shape[1], path)
+    return np.delete(A, j, axis=1), A[:, j]
+
+
+def _read_arrays(arrays, target, path):
+    """An .npz or a Zarr group: array ``X`` and the target array `target` (or ``y``)."""
+    keys = list(arrays.keys())
+    if "X" not in keys:
+        if len(keys) == 1:
+            return _split(np.asarray(arrays[keys[0]]), target, path)
+        raise DataError(
+            f"{path}: holds arrays {keys} but no 'X'; name the samples 'X' and the "
+            "targets 'y'."
+        )
+    name = "y" if target is None and "y" in keys else target
+    if name is not None and name not in keys:
+        raise DataError(f"{path}: no target array {name!r}; the arrays are {keys}.")
+    return arrays["X"], (None if name is None else np.asarray(arrays[name]))
+
+
+def _read_zarr(path, target, lazy):
+    try:
+        import zarr
+    except ImportError:
+        raise DataError(
+            f"{path}: reading Zarr needs the dask extra: pip install 'kernelref[dask]'."
+        ) from None
+    try:
+        node = zarr.open(store=path, mode="r")
+    except Exception as error:  # noqa: BLE001 (zarr raises many kinds)
+        raise DataError(f"{path}: not a Zarr array or group ({error}).") from None
+    if isinstance(node, zarr.Array):
+        A = _lazy(node) if lazy else node[...]
+        return _split(A, target, path) if A.ndim == 2 else (A, None)
+    arrays = {name: node[name] for name in node.array_keys()}
+    X, y = _read_arrays(arrays, target, path)
+    X = _lazy(X) if lazy else np.asarray(X[...])
+    return X, (None if y is None else np.asarray(y[...]))
+
+
+def _lazy(array):
+    import dask.array as da
+
+    return da.from_zarr(array)
+
+
+def fingerprint(path):
+    """sha256 of the data file's bytes (of its file list for a directory store)."""
+    digest = hashlib.sha256()
+    if os.path.isdir(path):
+        for root, _, files in sorted(os.walk(path)):
+            for name in sorted(files):
+                digest.update(os.path.relpath(os.path.join(root, name), path).encode())
+        return {"path": os.path.abspath(path), "files_sha256": digest.hexdigest()}
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return {"path": os.path.abspath(path), "sha256": digest.hexdigest()}

@@ -1,0 +1,360 @@
+"""``svm-train`` and ``svm-predict`` with libsvm's flags, data format and output.
+
+libsvm's options map onto the estimators one to one: ``-s`` picks SVC, NuSVC,
+OneClassSVM, SVR or NuSVR; ``-t -d -g -r`` the kernel; ``-c -n -p -e -h`` the
+problem and the solver; ``-wi`` a class weight; ``-b 1`` Platt-calibrated
+probabilities (``PlattCalibrated``, five-fold as libsvm). The model file
+written is a kernelref model file, not libsvm's text format.
+"""
+
+import sys
+
+import numpy as np
+
+from kernelref import io
+from kernelref.cli import data, runtime
+from kernelref.cli.commands import write_output
+from kernelref.cli.models import UsageError
+
+SVM_TYPES = {0: "SVC", 1: "NuSVC", 2: "OneClassSVM", 3: "SVR", 4: "NuSVR"}
+KERNEL_TYPES = {0: "linear", 1: "poly", 2: "rbf", 3: "sigmoid", 4: "precomputed"}
+#: flag: (meaning, parse, default) as in libsvm's svm-train usage text
+TRAIN_FLAGS = {
+    "-s": ("svm_type", int, 0),
+    "-t": ("kernel_type", int, 2),
+    "-d": ("degree", int, 3),
+    "-g": ("gamma", float, None),
+    "-r": ("coef0", float, 0.0),
+    "-c": ("cost", float, 1.0),
+    "-n": ("nu", float, 0.5),
+    "-p": ("epsilon", float, 0.1),
+    "-m": ("cachesize", float, 100.0),
+    "-e": ("epsilon_tol", float, 1e-3),
+    "-h": ("shrinking", int, 1),
+    "-b": ("probability", int, 0),
+    "-v": ("n_fold", int, 0),
+}
+
+TRAIN_USAGE = """\
+usage: kernelref svm-train [options] training_set_file [model_file]
+
+libsvm's svm-train, on kernelref's solver. model_file (default
+training_set_file.model) is written as a kernelref model file (JSON header and
+raw arrays, no pickle), which `kernelref svm-predict`, `kernelref predict` and
+kernelref.load read; libsvm's own svm-predict cannot read it.
+
+options:
+-s svm_type : set type of SVM (default 0)
+\t0 -- C-SVC\t\t(multi-class classification)
+\t1 -- nu-SVC\t\t(multi-class classification)
+\t2 -- one-class SVM
+\t3 -- epsilon-SVR\t(regression)
+\t4 -- nu-SVR\t\t(regression)
+-t kernel_type : set type of kernel function (default 2)
+\t0 -- linear: u'*v
+\t1 -- polynomial: (gamma*u'*v + coef0)^degree
+\t2 -- radial basis function: exp(-gamma*|u-v|^2)
+\t3 -- sigmoid: tanh(gamma*u'*v + coef0)
+\t4 -- precomputed kernel (kernel values in training_set_file)
+-d degree : set degree in kernel function (default 3)
+-g gamma : set gamma in kernel function (default 1/num_features)
+-r coef0 : set coef0 in kernel function (default 0)
+-c cost : set the parameter C of C-SVC, epsilon-SVR, and nu-SVR (default 1)
+-n nu : set the parameter nu of nu-SVC, one-class SVM, and nu-SVR (default 0.5)
+-p epsilon : set the epsilon in loss function of epsilon-SVR (default 0.1)
+-m cachesize : set cache memory size in MB (default 100)
+-e epsilon : set tolerance of termination criterion (default 0.001)
+-h shrinking : whether to use the shrinking heuristics, 0 or 1 (default 1)
+-b probability_estimates : whether to train a model for probability estimates, 0 or 1 \
+(default 0)
+-wi weight : set the parameter C of class i to weight*C, for C-SVC (default 1)
+-v n: n-fold cross validation mode
+-q : quiet mode (no outputs)
+
+example:
+  kernelref svm-train -s 0 -t 2 -g 0.5 -c 10 -e 0.001 heart_scale heart.krm
+  kernelref svm-train -v 5 -c 10 heart_scale        # prints Cross Validation Accuracy
+"""
+
+PREDICT_USAGE = """\
+usage: kernelref svm-predict [options] test_file model_file output_file
+
+libsvm's svm-predict for kernelref model files (written by kernelref svm-train
+or kernelref fit); test_file is in libsvm's format.
+
+options:
+-b probability_estimates: whether to predict probability estimates, 0 or 1 (default 0)
+-q : quiet mode (no outputs)
+
+example:
+  kernelref svm-predict heart_scale.t heart.krm heart.predictions
+"""
+
+
+class _Quiet:
+    quiet, verbose = True, False
+
+
+def parse_train(argv):
+    """libsvm's argument list: (options, class weights, data file, model file)."""
+    if any(a in ("-h", "--help") for a in argv[:1]) or not argv:
+        raise _Help(TRAIN_USAGE)
+    options = {meaning: default for meaning, _, default in TRAIN_FLAGS.values()}
+    weights, quiet, i = {}, False, 0
+    while i < len(argv) and argv[i].startswith("-") and argv[i] != "-":
+        flag = argv[i]
+        if flag == "-q":
+            quiet, i = True, i + 1
+            continue
+        if i + 1 >= len(argv):
+            raise UsageError(f"svm-train: {flag} needs a value.\n\n{TRAIN_USAGE}")
+        value = argv[i + 1]
+        if flag.startswith("-w") and flag != "-w":
+            weights[_label(flag[2:])] = _convert(float, value, flag)
+        elif flag in TRAIN_FLAGS:
+            meaning, kind, _ = TRAIN_FLAGS[flag]
+            options[meaning] = _convert(kind, value, flag)
+        else:
+            raise UsageError(f"svm-train: unknown option {flag}.\n\n{TRAIN_USAGE}")
+        i += 2
+    files = argv[i:]
+    if len(files) not in (1, 2):
+        raise UsageError(
+            f"svm-train: give training_set_file [model_file]; got {files}.\n\n"
+            f"{TRAIN_USAGE}"
+        )
+    model_file = (
+        files[1] if len(files) == 2 else files[0].rstrip("/").split("/")[-1] + ".model"
+    )
+    _check_ranges(options)
+    return options, weights, quiet, files[0], model_file
+
+
+class _Help(Exception):
+    """--help: print the text and exit 0."""
+
+
+def _convert(kind, text, flag):
+    try:
+        return kind(text)
+    except ValueError:
+        raise UsageError(
+            f"svm-train: {flag} takes {'an integer' if kind is int else 'a number'}"
+            f"; got {text!r}."
+        ) from None
+
+
+def _label(text):
+    number = float(text) if text.lstrip("+-").replace(".", "", 1).isdigit() else None
+    if number is None:
+        raise UsageError(
+            f"svm-train: -w{text}: the class label after -w must be a number, "
+            "as in -w1 2."
+        )
+    return int(number) if number.is_integer() else number
+
+
+def _check_ranges(options):
+    if options["svm_type"] not in SVM_TYPES:
+        raise UsageError(f"svm-train: -s {options['svm_type']}: svm_type is 0 to 4.")
+    if options["kernel_type"] not in KERNEL_TYPES:
+        raise UsageError(
+            f"svm-train: -t {options['kernel_type']}: kernel_type is 0 to 4."
+        )
+    if options["n_fold"] == 1 or options["n_fold"] < 0:
+        raise UsageError("svm-train: -v n needs n >= 2 folds.")
+    if options["shrinking"] not in (0, 1) or options["probability"] not in (0, 1):
+        raise UsageError("svm-train: -h and -b take 0 or 1.")
+
+
+def build_estimator(options, weights):
+    """The estimator libsvm's options describe."""
+    from kernelref import svm
+
+    name = SVM_TYPES[options["svm_type"]]
+    params = {
+        "kernel": KERNEL_TYPES[options["kernel_type"]],
+        "degree": options["degree"],
+        "gamma": "auto" if options["gamma"] is None else options["gamma"],
+        "coef0": options["coef0"],
+        "tol": options["epsilon_tol"],
+        "shrinking": bool(options["shrinking"]),
+        "cache_size": options["cachesize"],
+    }
+    if name in ("SVC", "SVR", "NuSVR"):
+        params["C"] = options["cost"]
+    if name in ("NuSVC", "OneClassSVM", "NuSVR"):
+        params["nu"] = options["nu"]
+    if name == "SVR":
+        params["epsilon"] = options["epsilon"]
+    if weights:
+        if name not in ("SVC", "NuSVC"):
+            raise UsageError(
+                "svm-train: -wi weights apply to classification (-s 0 or 1)."
+            )
+        params["class_weight"] = weights
+    estimator = getattr(svm, name)(**params)
+    if options["probability"] and name in ("SVC", "NuSVC"):
+        return svm.PlattCalibrated(estimator, cv=5, random_state=0)
+    return estimator
+
+
+def svm_train(argv):
+    try:
+        options, weights, quiet, data_file, model_file = parse_train(argv)
+    except _Help as help_text:
+        print(help_text)
+        return 0
+    estimator = build_estimator(options, weights)
+    X, y = (
+        data.read_libsvm(data_file)
+        if options["kernel_type"] != 4
+        else _precomputed(data_file)
+    )
+    y = _class_labels(y) if estimator._estimator_type == "classifier" else y
+    if options["n_fold"]:
+        return _cross_validate(estimator, X, y, options["n_fold"], quiet)
+    estimator.fit(X) if type(estimator).__name__ == "OneClassSVM" else estimator.fit(
+        X, y
+    )
+    estimator.save(
+        model_file,
+        provenance={
+            "data": data.fingerprint(data_file),
+            "command": " ".join(["kernelref", "svm-train"] + list(argv)),
+        },
+    )
+    if not quiet:
+        print(f"kernelref: wrote {model_file}", file=sys.stderr)
+    return 0
+
+
+def _precomputed(path):
+    """libsvm's precomputed format: feature 0 is the sample's serial number."""
+    X, y = data.read_libsvm(path)
+    return X[:, 1:], y
+
+
+def _class_labels(y):
+    """libsvm's labels are numbers; integral ones are kept as integers."""
+    return y.astype(int) if np.all(y == np.round(y)) else y
+
+
+def folds(y, n_fold, classification, seed=0):
+    """Fold index of each sample: shuffled, and for classification stratified
+    (each class dealt round the folds), as libsvm's svm_cross_validation."""
+    rng = np.random.default_rng(seed)
+    fold = np.empty(len(y), dtype=int)
+    groups = (
+        [np.flatnonzero(y == c) for c in np.unique(y)]
+        if classification
+        else [np.arange(len(y))]
+    )
+    start = 0
+    for members in groups:
+        members = rng.permutation(members)
+        fold[members] = (start + np.arange(len(members))) % n_fold
+        start += len(members)
+    return fold
+
+
+def _cross_validate(estimator, X, y, n_fold, quiet):
+    from kernelref.base import ParamsMixin
+
+    classification = estimator._estimator_type == "classifier"
+    fold = folds(y, n_fold, classification)
+    predicted = np.empty(len(y), dtype=y.dtype if classification else float)
+    args = _Quiet() if quiet else type("A", (), {"quiet": False, "verbose": False})()
+    with runtime.progress_bar(args, n_fold, "cross-validation") as bar:
+        for k in range(n_fold):
+            train, test = fold != k, fold == k
+            model = type(estimator)(**ParamsMixin.get_params(estimator, deep=False))
+            model.fit(X[train], y[train])
+            predicted[test] = model.predict(X[test])
+            bar.update(1)
+    if classification:
+        print(f"Cross Validation Accuracy = {100.0 * np.mean(predicted == y):g}%")
+    else:
+        mse, r2 = regression_scores(y, predicted)
+        print(f"Cross Validation Mean squared error = {mse:g}")
+        print(f"Cross Validation Squared correlation coefficient = {r2:g}")
+    return 0
+
+
+def regression_scores(y, predicted):
+    """libsvm's mean squared error and squared correlation coefficient."""
+    n = len(y)
+    mse = float(np.mean((predicted - y) ** 2))
+    sv, sy = predicted.sum(), y.sum()
+    svv, syy, svy = (predicted**2).sum(), (y**2).sum(), (predicted * y).sum()
+    r2 = ((n * svy - sv * sy) ** 2) / ((n * svv - sv**2) * (n * syy - sy**2))
+    return mse, float(r2)
+
+
+def svm_predict(argv):
+    if not argv or argv[0] in ("-h", "--help"):
+        print(PREDICT_USAGE)
+        return 0 if argv else 2
+    probability, quiet, i = 0, False, 0
+    while i < len(argv) and argv[i].startswith("-"):
+        if argv[i] == "-q":
+            quiet, i = True, i + 1
+        elif argv[i] == "-b" and i + 1 < len(argv) and argv[i + 1] in ("0", "1"):
+            probability, i = int(argv[i + 1]), i + 2
+        else:
+            raise UsageError(
+                f"svm-predict: unknown option {argv[i]} (options are -b 0|1 and "
+                f"-q).\n\n{PREDICT_USAGE}"
+            )
+    if len(argv) - i != 3:
+        raise UsageError(
+            f"svm-predict: give test_file model_file output_file.\n\n{PREDICT_USAGE}"
+        )
+    test_file, model_file, output_file = argv[i:]
+    model = io.load(model_file)
+    X, y = data.read_libsvm(test_file)
+    width = getattr(model, "n_features_in_", X.shape[1])
+    X = _fit_width(X, width)
+    classification = getattr(model, "_estimator_type", None) == "classifier"
+    if probability:
+        if not hasattr(model, "predict_proba"):
+            raise UsageError(
+                f"svm-predict: {model_file} holds no probability model; train "
+                "it with svm-train -b 1, or predict with -b 0."
+            )
+        P = model.predict_proba(X)
+        predicted = model.classes_[np.argmax(P, axis=1)]
+        _write_probabilities(output_file, model.classes_, predicted, P)
+    else:
+        predicted = model.predict(X)
+        write_output(output_file, predicted)
+    if quiet:
+        return 0
+    if classification:
+        correct = int(np.sum(predicted == _class_labels(y)))
+        print(
+            f"Accuracy = {100.0 * correct / len(y):g}% ({correct}/{len(y)}) (classification)"
+        )
+    elif type(model).__name__ != "OneClassSVM":
+        mse, r2 = regression_scores(y, np.asarray(predicted, dtype=float))
+        print(f"Mean squared error = {mse:g} (regression)")
+        print(f"Squared correlation coefficient = {r2:g} (regression)")
+    return 0
+
+
+def _fit_width(X, width):
+    """libsvm files omit trailing zero features: pad (or cut zero columns) to `width`."""
+    if X.shape[1] < width:
+        return np.hstack([X, np.zeros((len(X), width - X.shape[1]))])
+    if X.shape[1] > width and not X[:, width:].any():
+        return X[:, :width]
+    return X
+
+
+def _write_probabilities(path, classes, predicted, P):
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("labels " + " ".join(str(c) for c in classes) + "\n")
+        f.writelines(
+            f"{label} " + " ".join(f"{p:g}" for p in row) + "\n"
+            for label, row in zip(predicted, P)
+        )

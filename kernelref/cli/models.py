@@ -1,0 +1,113 @@
+"""Which estimator a model name means, and its parameters from ``NAME=VALUE``.
+
+The names are read off the library at run time — every estimator exported by
+``kernelref`` and ``kernelref.svm``, and for ``--backend dask`` the class of the
+same name in ``backends.dask`` — so a new estimator needs no code here.
+"""
+
+import importlib
+import json
+
+from kernelref.base import BaseEstimator
+
+#: the modules whose exported estimators the command line offers
+REFERENCE_MODULES = ("kernelref", "kernelref.svm")
+
+
+class UsageError(ValueError):
+    """A wrong command line: exit status 2."""
+
+
+def reference_estimators():
+    """{name: class} of every estimator kernelref exports."""
+    found = {}
+    for module_name in REFERENCE_MODULES:
+        module = importlib.import_module(module_name)
+        for name in module.__all__:
+            value = getattr(module, name)
+            if isinstance(value, type) and issubclass(value, BaseEstimator):
+                found[name] = value
+    return found
+
+
+def backend_estimators():
+    """{name: class} of the estimators of ``backends.dask`` (empty if not installed)."""
+    try:
+        module = importlib.import_module("backends.dask")
+    except ImportError:
+        return {}
+    return {
+        name: getattr(module, name)
+        for name in module.__all__
+        if isinstance(getattr(module, name), type)
+        and issubclass(getattr(module, name), BaseEstimator)
+    }
+
+
+def estimator_class(name, backend="reference"):
+    """The class for model `name` (case-insensitive) on `backend`."""
+    reference = reference_estimators()
+    by_lower = {key.lower(): key for key in reference}
+    if name.lower() not in by_lower:
+        raise UsageError(f"unknown model {name!r}; the models are {sorted(reference)}.")
+    name = by_lower[name.lower()]
+    if backend == "reference":
+        return reference[name]
+    available = backend_estimators()
+    if name not in available:
+        raise UsageError(
+            f"backends.dask has no {name} (it has {sorted(available) or 'nothing installed'}); "
+            "use --backend reference, or install the dask extra: pip install 'kernelref[dask]'."
+        )
+    return available[name]
+
+
+def parse_params(pairs, cls):
+    """``["C=10", "kernel=rbf"]`` as constructor arguments of `cls`.
+
+    A value is read as JSON when it parses (numbers, true/false/null, lists,
+    objects), else as a string; ``none`` means None. A JSON object with
+    ``class`` and ``params`` is a kernel spec (``Kernel.spec()``).
+    """
+    valid = cls._param_names()
+    params = {}
+    for pair in pairs:
+        name, equals, text = pair.partition("=")
+        name = name.strip()
+        if not equals or not name:
+            raise UsageError(f"--param {pair!r} is not NAME=VALUE; e.g. --param C=10.")
+        if name not in valid:
+            raise UsageError(
+                f"--param {name}: {cls.__name__} has no parameter {name!r}; its "
+                f"parameters are {valid}."
+            )
+        params[name] = parse_value(text, f"--param {name}")
+    return params
+
+
+def parse_value(text, where):
+    if text.lower() in ("none", "null"):
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    if isinstance(value, dict) and set(value) == {"class", "params"}:
+        from kernelref.kernels import Kernel
+
+        try:
+            return Kernel.from_spec(value)
+        except (TypeError, ValueError) as error:
+            raise UsageError(f"{where}: {error}") from None
+    if isinstance(value, dict):
+        return {_key(k): v for k, v in value.items()}
+    return value
+
+
+def _key(text):
+    """JSON keys are strings; class-weight keys are labels, often numbers."""
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return int(number) if number.is_integer() else number
