@@ -36,7 +36,14 @@ def test_cg_converges_to_the_direct_solution(problem, name, lam):
     assert result.residual <= cg.DEFAULT_TOL
     true_residual = np.linalg.norm(t - (K @ result.a + lam * result.a), axis=0)
     assert (true_residual <= cg.DEFAULT_TOL * np.linalg.norm(t, axis=0)).all()
-    np.testing.assert_allclose(result.a, expected, rtol=0, atol=1e-8)
+    # The error bound of a residual test: ‖a − a*‖ ≤ cond(K + λI)·tol·‖a*‖ per column.
+    # At λ = 1e-2 cond ≈ 1e4, so rounding (einsum's summation order depends on
+    # the arrays' alignment) moves a by ~1e-8 between runs, within this bound.
+    bound = np.linalg.cond(K + lam * np.eye(len(K))) * cg.DEFAULT_TOL
+    error = np.linalg.norm(result.a - expected, axis=0)
+    assert (error <= bound * np.linalg.norm(expected, axis=0)).all()
+    if lam == 1.0:  # cond ≈ 1e2: the docstring's 1e-8 agreement with a direct solve
+        np.testing.assert_allclose(result.a, expected, rtol=0, atol=1e-8)
 
 
 def test_preconditioning_reduces_iterations_on_rbf(problem):
