@@ -23,7 +23,7 @@ from kernelref._validation import (
     check_classification_targets, check_is_fitted, check_n_features, check_samples,
     check_targets, check_training_samples, record_n_features)
 from kernelref.base import BaseEstimator, ClassifierMixin, RegressorMixin
-from kernelref.kernels import make_kernel
+from kernelref.kernels import Linear, accepts_sparse, make_kernel
 from kernelref.svm import problems
 from kernelref.svm.kkt import DualProblem
 from kernelref.svm.multiclass import (
@@ -61,7 +61,7 @@ class _BaseSVM(BaseEstimator):
                              f"got {self.gamma!r}.")
 
     def _validate_X(self, X):
-        return check_training_samples(X, self.kernel)
+        return check_training_samples(X, self.kernel, accept_sparse=accepts_sparse(self.kernel))
 
     def _sample_weight(self, sample_weight, n):
         if sample_weight is None:
@@ -98,7 +98,7 @@ class _BaseSVM(BaseEstimator):
     def _kernel_to_sv(self, X):
         """k(x, s) for the support vectors s, shape (n_samples, n_SV)."""
         check_is_fitted(self, "support_")
-        X = check_samples(X, self.kernel_, "X")
+        X = check_samples(X, self.kernel_, "X", accept_sparse=accepts_sparse(self.kernel_))
         if isinstance(self.kernel_, str):
             if X.shape[1] != self.shape_fit_[0]:
                 raise ValueError(
@@ -109,6 +109,22 @@ class _BaseSVM(BaseEstimator):
             check_n_features(X, self.n_features_in_)
         return self.kernel_(X, self.support_vectors_)
 
+    @property
+    def coef_(self):
+        """The primal weights w = Σ_s dual_coef_s x_s of a linear-kernel machine
+        (label ``svm-hard-stationarity``), so that the decision value is wᵀx + b:
+        shape (1, n_features), or one row per pair (i, j) for a multiclass SVC.
+        Only the linear kernel has them; other kernels raise AttributeError."""
+        if not (self.kernel == "linear" or type(self.kernel) is Linear):
+            raise AttributeError("coef_ is only available when using a linear kernel")
+        check_is_fitted(self, "support_")
+        coef = np.asarray(self._coef_rows(), dtype=float)
+        coef.flags.writeable = False
+        return coef
+
+    def _coef_rows(self):
+        return self.dual_coef_ @ self.support_vectors_
+
 
 class _BaseSVC(ClassifierMixin, _BaseSVM):
     """One-vs-one over the pairs of classes; binary is the single pair (0, 1)."""
@@ -117,6 +133,8 @@ class _BaseSVC(ClassifierMixin, _BaseSVM):
         if self.decision_function_shape not in ("ovr", "ovo"):
             raise ValueError("decision_function_shape must be 'ovr' or 'ovo'; "
                              f"got {self.decision_function_shape!r}.")
+        if not isinstance(self.break_ties, (bool, np.bool_)):
+            raise TypeError(f"break_ties must be True or False; got {self.break_ties!r}.")
 
     def fit(self, X, y, sample_weight=None):
         self._validate_shape()
@@ -196,6 +214,20 @@ class _BaseSVC(ClassifierMixin, _BaseSVM):
                             -self.intercept_ if len(self.classes_) == 2 else self.intercept_,
                             self.n_support_)
 
+    def _coef_rows(self):
+        """Binary: dual_coef_ times the support vectors; multiclass: for pair (i, j)
+        the coefficients of class i's and class j's support vectors in that machine
+        (the layout of ``dual_coef_``, as in libsvm and scikit-learn)."""
+        if len(self.classes_) == 2:
+            return super()._coef_rows()
+        starts = np.concatenate([[0], np.cumsum(self.n_support_)])
+        rows = []
+        for i, j in pairs(len(self.classes_)):
+            si, sj = slice(starts[i], starts[i + 1]), slice(starts[j], starts[j + 1])
+            rows.append(self.dual_coef_[j - 1, si] @ self.support_vectors_[si]
+                        + self.dual_coef_[i, sj] @ self.support_vectors_[sj])
+        return np.vstack(rows)
+
     def _check_separable(self, rows, idx, y_pm):
         """Hard margin: is there β, b with y_n(Σ_m K_nm β_m + b) ≥ 1? (a linear program)."""
         K = np.array([rows.row(n)[idx] for n in idx])
@@ -219,7 +251,16 @@ class _BaseSVC(ClassifierMixin, _BaseSVM):
         return dec
 
     def predict(self, X):
-        """The class by (ovo-vote); binary: classes_[1] where the decision value is ≥ 0."""
+        """The class by (ovo-vote); binary: classes_[1] where the decision value is ≥ 0.
+
+        With ``break_ties=True`` (only for ``decision_function_shape="ovr"``) and more
+        than two classes, the class of largest 'ovr' decision value, as scikit-learn.
+        """
+        if self.break_ties and self.decision_function_shape == "ovo":
+            raise ValueError("break_ties must be False when decision_function_shape is "
+                             "'ovo'; ties are broken by the 'ovr' decision values.")
+        if self.break_ties and len(self.classes_) > 2:
+            return self.classes_[np.argmax(self.decision_function(X), axis=1)]
         K_sv = self._kernel_to_sv(X)
         if len(self.classes_) == 2:
             dec = K_sv @ self.dual_coef_[0] + self.intercept_[0]
@@ -233,11 +274,11 @@ class SVC(_BaseSVC):
 
     def __init__(self, C=1.0, kernel="rbf", degree=3, gamma="scale", coef0=0.0,
                  shrinking=True, tol=1e-3, cache_size=200, class_weight=None, max_iter=-1,
-                 decision_function_shape="ovr"):
+                 decision_function_shape="ovr", break_ties=False):
         self.C, self.kernel, self.degree, self.gamma, self.coef0 = C, kernel, degree, gamma, coef0
         self.shrinking, self.tol, self.cache_size = shrinking, tol, cache_size
         self.class_weight, self.max_iter = class_weight, max_iter
-        self.decision_function_shape = decision_function_shape
+        self.decision_function_shape, self.break_ties = decision_function_shape, break_ties
 
     def _validate_params(self):
         _check_number(self.C, "C", 0, np.inf, allow_inf=True,
@@ -272,11 +313,11 @@ class NuSVC(SVC):
 
     def __init__(self, nu=0.5, kernel="rbf", degree=3, gamma="scale", coef0=0.0,
                  shrinking=True, tol=1e-3, cache_size=200, class_weight=None, max_iter=-1,
-                 decision_function_shape="ovr"):
+                 decision_function_shape="ovr", break_ties=False):
         self.nu, self.kernel, self.degree, self.gamma, self.coef0 = nu, kernel, degree, gamma, coef0
         self.shrinking, self.tol, self.cache_size = shrinking, tol, cache_size
         self.class_weight, self.max_iter = class_weight, max_iter
-        self.decision_function_shape = decision_function_shape
+        self.decision_function_shape, self.break_ties = decision_function_shape, break_ties
 
     def _validate_params(self):
         _check_number(self.nu, "nu", 0, 1, hint=" ν is a fraction of the training set.")
@@ -367,7 +408,7 @@ class SVR(RegressorMixin, _BaseRegressionLike):
         keep = np.flatnonzero(w > 0)
         qp = self._problem(z[keep], w[keep])
         qp = replace(qp, src=keep[qp.src])
-        self._finish(qp, self._solve(qp, rows), X.shape[0])
+        self._finish(qp, self._solve_all([qp], rows)[0], X.shape[0])
         return self
 
     def predict(self, X):
@@ -417,7 +458,7 @@ class OneClassSVM(_BaseRegressionLike):
         keep = np.flatnonzero(w > 0)
         qp = self._problem(w[keep])
         qp = replace(qp, src=keep[qp.src])
-        self._finish(qp, self._solve(qp, rows), X.shape[0])
+        self._finish(qp, self._solve_all([qp], rows)[0], X.shape[0])
         self.offset_ = -self.intercept_
         return self
 
