@@ -5,6 +5,10 @@ a = (K + λI_N)⁻¹ t (label ``ridge-dual-solution``) and the prediction
 y(x) = k(x)ᵀ a (label ``ridge-predict``). The primal solution
 w = (ΦᵀΦ + λI_M)⁻¹ Φᵀ t (label ``ridge-primal``) is the same function when the
 features are explicit.
+
+With sample weights s_n ≥ 0 the loss is ½ Σ_n s_n (wᵀφ(x_n) − t_n)², and
+a = S^½ (S^½ K S^½ + λI)⁻¹ S^½ t with S = diag(s) (label ``ridge-weighted``):
+the same Cholesky solve, on a symmetric matrix, as scikit-learn computes it.
 """
 
 import numpy as np
@@ -14,11 +18,11 @@ from kernelref._validation import (
     check_is_fitted, check_n_features, check_positive, check_samples, check_targets,
     check_training_samples, record_n_features)
 from kernelref.base import BaseEstimator, RegressorMixin
-from kernelref.kernels import make_kernel
+from kernelref.kernels import accepts_sparse, make_kernel
 from kernelref.nadaraya_watson import NadarayaWatson
 
 __all__ = ["KernelRidge", "NadarayaWatson", "dual_coefficients", "dual_objective",
-           "primal_weights"]
+           "primal_weights", "weighted_dual_coefficients"]
 
 
 def dual_objective(a, K, t, lam):
@@ -43,6 +47,22 @@ def dual_coefficients(K, t, lam, overwrite_K=False):
         # potrf wrote only the lower triangle; the upper one still holds K + λI.
         return solve(A, t, assume_a="sym", lower=False, check_finite=False)
     return cho_solve(factor, t, check_finite=False)
+
+
+def weighted_dual_coefficients(K, t, lam, s, overwrite_K=False):
+    """a = S^½ (S^½ K S^½ + λI)⁻¹ S^½ t for weights s ≥ 0 (label ``ridge-weighted``).
+
+    Stationarity of ½ Σ s_n (k_nᵀa − t_n)² + λ/2 aᵀKa gives (SK + λI) a = S t;
+    writing a = S^½ b makes the system symmetric, S^½ K S^½ + λI, which a Cholesky
+    factor solves. A sample of weight zero gets a_n = 0.
+    """
+    root = np.sqrt(s)
+    A = np.asarray(K, dtype=float) if overwrite_K else np.array(K, dtype=float)
+    A *= root[:, None]
+    A *= root[None, :]
+    t_scaled = t * (root if t.ndim == 1 else root[:, None])
+    b = dual_coefficients(A, t_scaled, lam, overwrite_K=True)
+    return b * (root if b.ndim == 1 else root[:, None])
 
 
 def primal_weights(Phi, t, lam):
@@ -83,18 +103,30 @@ class KernelRidge(RegressorMixin, BaseEstimator):
         self.degree = degree
         self.coef0 = coef0
 
-    def _validate(self, X, y):
+    def _validate(self, X, y, sample_weight=None):
         lam = check_positive(self.lam, "lam", meaning="It is the ridge penalty λ; "
                              "use a small positive value such as 1e-8 to nearly interpolate.")
-        X = check_training_samples(X, self.kernel)
+        X = check_training_samples(X, self.kernel, accept_sparse=accepts_sparse(self.kernel))
         t = check_targets(y, X.shape[0], "y")
+        s = None
+        if sample_weight is not None:
+            s = check_targets(sample_weight, X.shape[0], "sample_weight")
+            if s.ndim != 1 or np.any(s < 0) or not np.any(s > 0):
+                raise ValueError(
+                    "sample_weight must be 1-D with one weight ≥ 0 per sample, not all "
+                    "zero; it weighs each sample's squared error.")
         kernel = make_kernel(self.kernel, X, self.gamma, self.degree, self.coef0)
-        return lam, X, t, kernel
+        return lam, X, t, s, kernel
 
-    def fit(self, X, y):
-        lam, X, t, self.kernel_ = self._validate(X, y)
+    def fit(self, X, y, sample_weight=None):
+        """a = (K + λI)⁻¹ t, or with ``sample_weight`` the weighted solution
+        (label ``ridge-weighted``)."""
+        lam, X, t, s, self.kernel_ = self._validate(X, y, sample_weight)
         K = X if isinstance(self.kernel_, str) else self.kernel_(X)
-        self.dual_coef_ = dual_coefficients(K, t, lam, overwrite_K=K is not X)
+        if s is None:
+            self.dual_coef_ = dual_coefficients(K, t, lam, overwrite_K=K is not X)
+        else:
+            self.dual_coef_ = weighted_dual_coefficients(K, t, lam, s, overwrite_K=K is not X)
         self.X_fit_ = X
         record_n_features(self, X)
         return self
@@ -102,7 +134,7 @@ class KernelRidge(RegressorMixin, BaseEstimator):
     def _cross_kernel(self, X):
         """k(x)ᵀ for each row of X: the (n_test, n_train) matrix K(X, X_fit)."""
         check_is_fitted(self, "dual_coef_")
-        X = check_samples(X, self.kernel_, "X")
+        X = check_samples(X, self.kernel_, "X", accept_sparse=accepts_sparse(self.kernel_))
         if isinstance(self.kernel_, str):
             if X.shape[1] != len(self.X_fit_):
                 raise ValueError(
