@@ -34,7 +34,7 @@ from kernelref.exceptions import ConvergenceWarning
 # The classifier lives in its own module; it is re-exported so that both GP
 # estimators are found in kernelref.gp, as scikit-learn's are in sklearn.gaussian_process.
 from kernelref.gp_classify import GaussianProcessClassifier
-from kernelref.kernels import RBF, Kernel
+from kernelref.kernels import RBF, Kernel, accepts_sparse
 
 __all__ = ["ConvergenceWarning", "GaussianProcessClassifier", "GaussianProcessRegressor",
            "NotPositiveDefiniteError", "factorise", "log_marginal_likelihood", "lml_gradient",
@@ -127,9 +127,9 @@ def sample_prior(kernel, X, n_samples=1, random_state=None):
     an array of shape (len(X), n_samples)."""
     if not isinstance(kernel, Kernel):
         raise TypeError(f"kernel must be a kernelref.kernels.Kernel; got {kernel!r}.")
-    X = check_samples(X, kernel, "X")
+    X = check_samples(X, kernel, "X", accept_sparse=accepts_sparse(kernel))
     K = kernel(X)
-    return sample_gaussian(np.zeros(len(X)), K, n_samples, np.random.default_rng(random_state))
+    return sample_gaussian(np.zeros(X.shape[0]), K, n_samples, np.random.default_rng(random_state))
 
 
 class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
@@ -268,7 +268,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
     def fit(self, X, y):
         """Learn the hyperparameters (if ``optimizer``), then L_ and α_ at them."""
         kernel, noise = self._validate_params()
-        X = check_samples(X, kernel, "X")
+        X = check_samples(X, kernel, "X", accept_sparse=accepts_sparse(kernel))
         t = check_targets(y, X.shape[0], "y")
         if self.normalize_y:
             y_mean, std = t.mean(axis=0), t.std(axis=0)
@@ -299,10 +299,10 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             raise ValueError("ask for return_std or return_cov, not both; "
                              "the standard deviation is the root of the covariance's diagonal.")
         fitted = hasattr(self, "kernel_")
-        X = check_samples(X, self.kernel_ if fitted else self._prior_kernel(), "X")
+        kernel = self.kernel_ if fitted else self._prior_kernel()
+        X = check_samples(X, kernel, "X", accept_sparse=accepts_sparse(kernel))
         if not fitted:
-            kernel = self._prior_kernel()
-            mean = np.zeros(len(X))
+            mean = np.zeros(X.shape[0])
             if return_cov:
                 return mean, kernel(X)
             return (mean, np.sqrt(kernel.diag(X))) if return_std else mean
