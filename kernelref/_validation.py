@@ -9,7 +9,21 @@ import numbers
 import numpy as np
 import scipy.sparse as sp
 
-from kernelref.exceptions import NotFittedError  # noqa: F401  (raised here, and importable from here)
+from kernelref.exceptions import NonFiniteError, NotFittedError  # noqa: F401  (raised here)
+
+
+def plain(value):
+    """A numpy scalar as the Python number it holds, so that messages print
+    ``1.0`` rather than ``np.float64(1.0)``; anything else unchanged."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _refuse_complex(A, name):
+    if np.iscomplexobj(A):
+        raise ValueError(
+            f"{name} is complex (dtype {np.asarray(A).dtype}). Complex data not supported: "
+            "the kernels are real; pass the real part, or the real and imaginary parts as "
+            "separate columns.")
 
 
 def check_array(X, name="X", *, min_samples=1, accept_sparse=False):
@@ -22,6 +36,7 @@ def check_array(X, name="X", *, min_samples=1, accept_sparse=False):
         return _check_sparse(X, name, min_samples, accept_sparse)
     if hasattr(X, "compute") and not isinstance(X, np.ndarray):
         X = X.compute()
+    _refuse_complex(X, name)
     try:
         A = np.asarray(X, dtype=np.float64)
     except (TypeError, ValueError) as exc:
@@ -30,18 +45,24 @@ def check_array(X, name="X", *, min_samples=1, accept_sparse=False):
             f"it could not be converted to float64 ({exc})."
         ) from None
     if A.ndim != 2:
-        hint = " Reshape one feature with X.reshape(-1, 1)." if A.ndim == 1 else ""
+        hint = " Reshape your data with X.reshape(-1, 1) for one feature." if A.ndim == 1 else ""
         raise ValueError(
             f"{name} must be 2-D of shape (n_samples, n_features); got shape {A.shape}.{hint}"
         )
-    if A.shape[0] < min_samples:
-        raise ValueError(
-            f"{name} has {A.shape[0]} samples; at least {min_samples} are needed."
-        )
-    if A.shape[1] == 0:
-        raise ValueError(f"{name} has 0 features; give at least one column.")
+    _check_shape(A, name, min_samples)
     _check_finite(A, name)
     return A
+
+
+def _check_shape(A, name, min_samples):
+    if A.shape[0] < min_samples:
+        raise ValueError(
+            f"{name} has {A.shape[0]} samples (shape={A.shape}) while a minimum of "
+            f"{min_samples} is required.")
+    if A.shape[1] == 0:
+        raise ValueError(
+            f"{name} has 0 feature(s) (shape={A.shape}) while a minimum of 1 is required; "
+            "give at least one column.")
 
 
 def _check_sparse(X, name, min_samples, accept_sparse):
@@ -54,14 +75,16 @@ def _check_sparse(X, name, min_samples, accept_sparse):
         raise ValueError(f"{name} must be 2-D of shape (n_samples, n_features); "
                          f"got shape {X.shape}.")
     try:
-        A = X.tocsr().astype(np.float64)
+        A = X.tocsr().astype(np.float64, copy=False)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"{name} could not be converted to float64 ({exc}).") from None
+    if not A.has_canonical_format:
+        A = A.copy()            # sum_duplicates works in place: not on the user's X
+        A.sum_duplicates()
     if A.shape[0] < min_samples:
         raise ValueError(f"{name} has {A.shape[0]} samples; at least {min_samples} are needed.")
     if A.shape[1] == 0:
         raise ValueError(f"{name} has 0 features; give at least one column.")
-    A.sum_duplicates()
     bad = ~np.isfinite(A.data)
     if bad.any():
         row = int(np.searchsorted(A.indptr, np.flatnonzero(bad)[0], side="right") - 1)
@@ -120,8 +143,10 @@ def record_n_features(estimator, X):
 
 def check_targets(y, n_samples, name="y"):
     """Return `y` as a finite float64 array with one row per sample (1-D or 2-D)."""
+    _require_targets(y, name)
     if hasattr(y, "compute") and not isinstance(y, np.ndarray):
         y = y.compute()
+    _refuse_complex(y, name)
     try:
         t = np.asarray(y, dtype=np.float64)
     except (TypeError, ValueError) as exc:
@@ -139,6 +164,13 @@ def check_targets(y, n_samples, name="y"):
     return t
 
 
+def _require_targets(y, name):
+    if y is None:
+        raise ValueError(
+            f"{name} is None: this estimator requires y to be passed, but the target y is "
+            "None; give one target per row of X.")
+
+
 def _check_finite(A, name):
     bad = ~np.isfinite(A)
     if bad.any():
@@ -152,7 +184,7 @@ def _check_finite(A, name):
 def check_positive(value, name, *, meaning=""):
     """Return `value` as a float after checking it is a finite number > 0."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a positive number; got {value!r}.")
+        raise TypeError(f"{name} must be a positive number; got {plain(value)!r}.")
     value = float(value)
     if not np.isfinite(value) or value <= 0:
         extra = f" {meaning}" if meaning else ""
@@ -165,7 +197,7 @@ def check_integer(value, name, *, low=1, meaning=""):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
         wanted = "a positive integer" if low == 1 else f"an integer ≥ {low}"
         extra = f" {meaning}" if meaning else ""
-        raise ValueError(f"{name} must be {wanted}; got {value!r}.{extra}")
+        raise ValueError(f"{name} must be {wanted}; got {plain(value)!r}.{extra}")
     return int(value)
 
 
@@ -173,8 +205,9 @@ def check_n_features(X, n_features, name="X"):
     """Check that `X` has the number of columns the model was fitted with."""
     if X.shape[1] != n_features:
         raise ValueError(
-            f"{name} has {X.shape[1]} features, but the model was fitted with "
-            f"{n_features}; pass data with the same columns as in fit."
+            f"{name} has {X.shape[1]} features, but it is expecting {n_features} features "
+            f"as input: the model was fitted with {n_features}; pass data with the same "
+            "columns as in fit."
         )
 
 
@@ -195,19 +228,68 @@ def check_training_samples(X, kernel, name="X", *, accept_sparse=False):
 
 
 def check_square_gram(K, name="K"):
-    """Check a precomputed training Gram matrix: 2-D, square and finite."""
+    """Check a precomputed training Gram matrix: 2-D, square, finite and symmetric."""
     K = check_array(K, name)
     if K.shape[0] != K.shape[1]:
         raise ValueError(
             f"with kernel='precomputed', {name} must be the square training Gram matrix "
             f"of shape (n_samples, n_samples); got shape {K.shape}."
         )
+    check_symmetric(K, name, "with kernel='precomputed'")
+    return K
+
+
+#: A Gram matrix is symmetric when every |K_nm − K_mn| is at most this fraction
+#: of max |K|; a kernel evaluated in floating point is symmetric to ~1e-16.
+SYMMETRY_RTOL = 1e-10
+
+
+def check_symmetric(K, name, context):
+    """Refuse a Gram matrix with K_nm ≠ K_mn beyond rounding, naming the worst pair.
+
+    SMO's steps decrease the dual objective only for a symmetric Q; with a
+    non-symmetric one it can cycle for ever.
+    """
+    asymmetry = np.abs(K - K.T)
+    worst = float(asymmetry.max(initial=0.0))
+    if worst > SYMMETRY_RTOL * max(float(np.abs(K).max(initial=0.0)), 1e-300):
+        n, m = np.unravel_index(int(asymmetry.argmax()), K.shape)
+        raise ValueError(
+            f"{context}, {name} must be a symmetric Gram matrix, but {name}[{n}, {m}] = "
+            f"{K[n, m]:.6g} and {name}[{m}, {n}] = {K[m, n]:.6g}; a kernel is symmetric, "
+            "k(x, x') = k(x', x). Pass (K + K.T) / 2 if the difference is rounding.")
+
+
+def check_gram(K, kernel, shape, name="the kernel matrix"):
+    """Check what a kernel object returned: an array of `shape`, every entry finite.
+
+    A user kernel returning the wrong shape, or a kernel whose values overflow
+    (1e300 in X, a huge gamma), is stopped here, before a solver meets it, with
+    the kernel, its parameters and the first bad row in the message. Returns
+    `K` as float64.
+    """
+    K = np.asarray(K)
+    if K.shape != tuple(shape):
+        raise ValueError(
+            f"the kernel {kernel!r} returned {name} of shape {K.shape}; expected "
+            f"{tuple(shape)} (a row per sample of the first argument, a column per sample "
+            "of the second). Fix the kernel's __call__.")
+    K = np.asarray(K, dtype=np.float64)
+    bad = ~np.isfinite(K)
+    if bad.any():
+        row, column = (int(i) for i in np.argwhere(bad)[0])
+        raise NonFiniteError(
+            f"the kernel {kernel!r} gave a non-finite value ({K[row, column]}) in {name}, "
+            f"first at row {row}, column {column}: it overflows on these inputs. Scale X "
+            "(e.g. standardise its columns) or change the kernel's parameters.")
     return K
 
 
 def check_classification_targets(y, n_samples, name="y"):
     """Return ``(classes, y_index)``: the sorted distinct labels of the 1-D `y`
-    and each sample's index into them. At least two classes are required."""
+    and each sample's index into them. At least two classes are required;
+    continuous (non-integral float) values are refused as not being labels."""
+    _require_targets(y, name)
     labels = np.asarray(y)
     if labels.ndim == 2 and labels.shape[1] == 1:
         raise ValueError(
@@ -219,13 +301,22 @@ def check_classification_targets(y, n_samples, name="y"):
         raise ValueError(
             f"{name} has {labels.shape[0]} labels but X has {n_samples} samples; "
             "give one label per row of X.")
-    if labels.dtype.kind in "fc":
+    _refuse_complex(labels, name)
+    if labels.dtype.kind == "f":
         _check_finite(labels, name)
+        fractional = labels != np.round(labels)
+        if fractional.any():
+            raise ValueError(
+                f"{name} holds continuous values such as {plain(labels[fractional][0])!r}, "
+                "not class labels (Unknown label type: continuous); a classifier needs "
+                "discrete labels. Use a regressor, or convert y to labels (integers or "
+                "strings).")
     classes, y_index = np.unique(labels, return_inverse=True)
     if len(classes) < 2:
         raise ValueError(
-            f"{name} has a single class ({classes[0]!r}); a classifier needs samples "
-            "of at least two classes.")
+            f"{name} has a single class ({plain(classes[0])!r}): there is no other class "
+            "to tell it from (one class only); a classifier needs samples of at least two "
+            "classes.")
     return classes, y_index
 
 

@@ -9,3 +9,9 @@ class ConvergenceWarning(UserWarning):
 
 class NotFittedError(ValueError, AttributeError):
     """An estimator was used before ``fit``."""
+
+
+class NonFiniteError(ValueError, ArithmeticError):
+    """A kernel value, gradient or objective became NaN or infinite during a
+    fit: an iterative solver stops at once with this error (naming the cause)
+    instead of looping on NaN or returning it."""

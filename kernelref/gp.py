@@ -30,7 +30,7 @@ from kernelref._validation import (
     check_integer, check_is_fitted, check_n_features, check_positive, check_samples,
     check_targets, record_n_features)
 from kernelref.base import BaseEstimator, RegressorMixin
-from kernelref.exceptions import ConvergenceWarning
+from kernelref.exceptions import ConvergenceWarning, NonFiniteError
 # The classifier lives in its own module; it is re-exported so that both GP
 # estimators are found in kernelref.gp, as scikit-learn's are in sklearn.gaussian_process.
 from kernelref.gp_classify import GaussianProcessClassifier
@@ -239,13 +239,20 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         """ML-II: L-BFGS-B on −log p(t | X, θ) over the log-bounds, from the
         kernel's θ and from ``n_restarts`` uniform draws inside the bounds."""
         bounds = kernel.bounds
+        failed = []
 
         def objective(theta):
             try:
                 lml, grad = self._evidence(kernel.clone_with_theta(theta), X, t, noise, True)
             except NotPositiveDefiniteError:
                 # a step into an indefinite region: +∞ makes the line search back off
+                failed.append(theta)
                 return np.inf, np.zeros_like(theta)
+            if not (np.isfinite(lml) and np.isfinite(grad).all()):
+                raise NonFiniteError(
+                    f"the log marginal likelihood or its gradient is not finite at "
+                    f"log-hyperparameters {np.round(theta, 4).tolist()} of {kernel!r}; "
+                    "scale X and y, or narrow the kernel's bounds.")
             return -lml, -grad
 
         # The starting point is the user's kernel: if it cannot be factorised,
@@ -256,10 +263,19 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
                                    for _ in range(self.n_restarts)]
         best = None
         for theta0 in starts:
+            failed.clear()
             result = minimize(objective, theta0, method="L-BFGS-B", jac=True, bounds=bounds)
             if not result.success:
                 warnings.warn(f"L-BFGS-B stopped without converging: {result.message}",
                               ConvergenceWarning, stacklevel=3)
+            elif failed and np.array_equal(result.x, theta0):
+                # Every trial step failed to factorise, and the +∞ they returned
+                # made L-BFGS-B call its start optimal: that is not a maximum.
+                warnings.warn(
+                    f"L-BFGS-B did not move from its start {np.round(theta0, 4).tolist()}: "
+                    f"K/noise + I failed to factorise at {len(failed)} trial point(s). "
+                    "Increase noise, add a White kernel, or centre and scale X.",
+                    ConvergenceWarning, stacklevel=3)
             if best is None or result.fun < best.fun:
                 best = result
         return best.x
@@ -284,7 +300,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         self.kernel_, self._noise, self.L_, self.alpha_ = kernel, noise, L, alpha
         self._y_mean, self._y_std = y_mean, y_std
         self.log_marginal_likelihood_value_ = log_marginal_likelihood(L, alpha, t, noise)
-        self.X_train_, self.y_train_ = X, t
+        self.X_train_, self.y_train_ = X.copy(), t
         record_n_features(self, X)
         return self
 

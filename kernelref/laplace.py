@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kernelref.exceptions import ConvergenceWarning
+from kernelref.exceptions import ConvergenceWarning, NonFiniteError
 
 __all__ = ["ConvergenceWarning", "NewtonResult", "damped_newton", "likelihood_curvature",
            "log_likelihood", "log_likelihood_gradient", "log_likelihood_third_derivative",
@@ -117,8 +117,10 @@ def damped_newton(objective, newton_step, x0, *, tol=TOL, max_iter=100):
     """
     x = np.asarray(x0, dtype=float)
     value = objective(x)
+    _check_finite_step(value, "the objective at the start", x)
     for n_iter in range(1, max_iter + 1):
         direction = newton_step(x) - x
+        _check_finite_step(direction, f"the Newton step {n_iter}", x)
         step = 1.0
         for _ in range(MAX_HALVINGS):
             candidate = x + step * direction
@@ -137,3 +139,14 @@ def damped_newton(objective, newton_step, x0, *, tol=TOL, max_iter=100):
         f"Newton's method did not converge in max_iter={max_iter} steps (last gain "
         f"{gain:.3g}); raise max_iter.", ConvergenceWarning, stacklevel=2)
     return NewtonResult(x, value, max_iter, False)
+
+
+def _check_finite_step(value, what, x):
+    """Stop at once on a non-finite objective or step: NaN compares false with
+    everything, so the halving loop would take it for convergence at x."""
+    if not np.all(np.isfinite(value)):
+        raise NonFiniteError(
+            f"Newton's method met a non-finite value in {what} (at a point with "
+            f"max |x| = {float(np.max(np.abs(x), initial=0.0)):.3g}): the kernel matrix "
+            "or the design matrix holds NaN or infinity, or overflows. Scale X or change "
+            "the kernel's parameters.")

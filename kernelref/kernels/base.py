@@ -20,6 +20,56 @@ from kernelref.base import ParamsMixin
 
 DEFAULT_BOUNDS = (1e-5, 1e5)
 
+#: What ``check_kernel_param`` accepts for each kind of hyperparameter.
+PARAM_KINDS = {
+    "positive": "finite and > 0",
+    "nonnegative": "finite and >= 0",
+    "finite": "finite",
+    "degree": "an integer >= 1",
+    "kernel": "a kernelref.kernels.Kernel",
+}
+
+
+def check_kernel_param(kernel, name, value, kind):
+    """Check hyperparameter `name` of `kernel` (a Kernel or its class name),
+    of one of the `PARAM_KINDS`; scalars and arrays (ARD) alike.
+
+    Raises ``TypeError`` for a value of the wrong type and ``ValueError`` for
+    one out of range, with the kernel, the parameter and the fix named, so a
+    bad value is refused where it is set rather than turning into NaN in a
+    solver. Returns `value` unchanged.
+    """
+    owner = kernel if isinstance(kernel, str) else type(kernel).__name__
+    wanted = PARAM_KINDS[kind]
+    if kind == "kernel":
+        if not isinstance(value, Kernel):
+            raise TypeError(f"{owner}: {name} must be {wanted}; got {value!r}.")
+        return value
+    if kind == "degree":
+        integral = isinstance(value, numbers.Integral) or (
+            isinstance(value, numbers.Real) and float(value).is_integer())
+        if isinstance(value, bool) or not integral or value < 1:
+            raise ValueError(
+                f"{owner}: {name} must be {wanted}; got {_plain(value)!r}. A fractional "
+                "power of a negative xᵀx′ is not real; round the degree.")
+        return value
+    try:
+        array = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        array = None
+    if array is None or isinstance(value, (bool, str)) or array.size == 0:
+        raise TypeError(f"{owner}: {name} must be a number ({wanted}); got {value!r}.")
+    low_ok = {"positive": array > 0, "nonnegative": array >= 0}.get(kind, True)
+    if not (np.all(np.isfinite(array)) and np.all(low_ok)):
+        raise ValueError(f"{owner}: {name} must be {wanted}; got {_plain(value)!r}.")
+    return value
+
+
+def _plain(value):
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return value.item() if isinstance(value, np.generic) else value
+
 
 class Kernel(ParamsMixin, abc.ABC):
     """Base class. Subclasses set ``hyperparameter_names`` and implement
@@ -27,6 +77,16 @@ class Kernel(ParamsMixin, abc.ABC):
 
     #: names of the positive, learnable constructor arguments
     hyperparameter_names = ()
+
+    #: parameter name → kind of ``check_kernel_param``: checked whenever the
+    #: attribute is set (construction, ``set_params``, ``theta``, assignment)
+    param_constraints = {}
+
+    def __setattr__(self, name, value):
+        kind = type(self).param_constraints.get(name)
+        if kind is not None:
+            check_kernel_param(self, name, value, kind)
+        super().__setattr__(name, value)
     #: True for kernels computed from sparse products, which take ``scipy.sparse`` X
     accepts_sparse = False
 
@@ -258,14 +318,22 @@ def as_2d(X, name="X"):
 
 
 def squared_distances(X, Y=None):
-    """‖x_n − y_m‖² for all pairs, as ‖x‖² + ‖y‖² − 2xᵀy clipped at zero.
+    """‖x_n − y_m‖² for all pairs, as ‖x‖² + ‖y‖² − 2xᵀy clipped at zero, after
+    centring both sets on the mean of `X`.
 
+    The expansion loses to cancellation about 1e-16·(‖x‖² + ‖y‖²) absolute; on
+    inputs far from the origin (years such as 1958–2001) that is ~1e-9, which is
+    more than the squared distance of close pairs. Centring first makes it
+    relative to the spread of the data instead, so shifting X and Y by a
+    constant changes the result only by the rounding of that subtraction.
     Writes in place to keep one (n, m) temporary; the diagonal is exactly zero
     when ``Y`` is ``None``.
     """
     X = as_2d(X)
     same = Y is None
-    Y = X if same else as_2d(Y, "Y")
+    centre = X.mean(axis=0) if len(X) else np.zeros(X.shape[1])
+    X = X - centre
+    Y = X if same else as_2d(Y, "Y") - centre
     D = X @ Y.T
     D *= -2.0
     D += np.einsum("ij,ij->i", X, X)[:, None]

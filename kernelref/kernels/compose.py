@@ -24,6 +24,7 @@ class Constant(Kernel):
     """k(x, x′) = c, c > 0: the bias θ₂ of the GP kernel."""
 
     hyperparameter_names = ("value",)
+    param_constraints = {"value": "positive"}
     accepts_sparse = True
 
     def __init__(self, value=1.0, value_bounds=DEFAULT_BOUNDS):
@@ -45,6 +46,8 @@ class Constant(Kernel):
 
 class Sum(Kernel):
     """k = k1 + k2 (label ``rule-sum``)."""
+
+    param_constraints = {"k1": "kernel", "k2": "kernel"}
 
     def __init__(self, k1, k2):
         self.k1 = k1
@@ -73,6 +76,8 @@ class Sum(Kernel):
 
 class Product(Kernel):
     """k = k1 · k2, elementwise (label ``rule-product``)."""
+
+    param_constraints = {"k1": "kernel", "k2": "kernel"}
 
     def __init__(self, k1, k2):
         self.k1 = k1
@@ -109,6 +114,7 @@ class Scaled(Kernel):
     """k = c · k1 with c > 0 (label ``rule-scale``); ``c * k`` builds it."""
 
     hyperparameter_names = ("scale",)
+    param_constraints = {"scale": "positive", "kernel": "kernel"}
 
     def __init__(self, scale, kernel, scale_bounds=DEFAULT_BOUNDS):
         self.scale = scale
@@ -146,6 +152,8 @@ class Warped(Kernel):
     ``f`` maps an (n, D) array to n values.
     """
 
+    param_constraints = {"kernel": "kernel"}
+
     def __init__(self, kernel, f):
         self.kernel = kernel
         self.f = f
@@ -177,6 +185,8 @@ class Warped(Kernel):
 class Exp(Kernel):
     """k = exp(k1), elementwise (label ``rule-exp``)."""
 
+    param_constraints = {"kernel": "kernel"}
+
     def __init__(self, kernel):
         self.kernel = kernel
 
@@ -205,6 +215,8 @@ class PolynomialOf(Kernel):
     ``coef[i]`` multiplies the i-th power; a negative coefficient can break
     positive semi-definiteness, so it is refused.
     """
+
+    param_constraints = {"kernel": "kernel"}
 
     def __init__(self, kernel, coef):
         self.kernel = kernel
@@ -253,6 +265,8 @@ class Mapped(Kernel):
     With φ selecting columns, sums and products of mapped kernels give the
     rules on subsets of the variables, k_a(x_a, x′_a) + k_b(x_b, x′_b).
     """
+
+    param_constraints = {"kernel": "kernel"}
 
     def __init__(self, kernel, feature_map):
         self.kernel = kernel

@@ -25,6 +25,7 @@ class White(Kernel):
     """
 
     hyperparameter_names = ("noise_level",)
+    param_constraints = {"noise_level": "positive"}
     accepts_sparse = True
 
     def __init__(self, noise_level=1.0, noise_level_bounds=DEFAULT_BOUNDS):

@@ -81,6 +81,8 @@ class Polynomial(Kernel):
     Hyperparameters: ``gamma`` and, when it is positive, ``coef0``.
     """
 
+    param_constraints = {"degree": "degree", "gamma": "positive", "coef0": "finite"}
+
     accepts_sparse = True
 
     def __init__(self, degree=3, gamma=1.0, coef0=1.0,
@@ -119,6 +121,7 @@ class RBF(Kernel):
     """
 
     hyperparameter_names = ("gamma",)
+    param_constraints = {"gamma": "positive"}
     accepts_sparse = True
 
     def __init__(self, gamma=1.0, gamma_bounds=DEFAULT_BOUNDS):
@@ -152,6 +155,7 @@ class Laplacian(Kernel):
     """
 
     hyperparameter_names = ("gamma",)
+    param_constraints = {"gamma": "positive"}
 
     def __init__(self, gamma=1.0, norm="l2", gamma_bounds=DEFAULT_BOUNDS):
         self.gamma = gamma
@@ -191,6 +195,7 @@ class Sigmoid(Kernel):
     """
 
     hyperparameter_names = ("gamma",)
+    param_constraints = {"gamma": "positive", "coef0": "finite"}
     accepts_sparse = True
 
     def __init__(self, gamma=1.0, coef0=0.0, gamma_bounds=DEFAULT_BOUNDS):
@@ -220,6 +225,7 @@ class ARD(Kernel):
     """
 
     hyperparameter_names = ("gamma",)
+    param_constraints = {"gamma": "positive"}
 
     def __init__(self, gamma=1.0, gamma_bounds=DEFAULT_BOUNDS):
         self.gamma = gamma
@@ -277,6 +283,8 @@ class ExponentialQuadratic(Kernel):
     θ₂ and θ₃ may be zero; a zero parameter is held fixed.
     """
 
+    param_constraints = dict.fromkeys(("theta0", "theta1", "theta2", "theta3"), "nonnegative")
+
     def __init__(self, theta0=1.0, theta1=1.0, theta2=0.0, theta3=0.0,
                  theta0_bounds=DEFAULT_BOUNDS, theta1_bounds=DEFAULT_BOUNDS,
                  theta2_bounds=DEFAULT_BOUNDS, theta3_bounds=DEFAULT_BOUNDS):
@@ -315,6 +323,8 @@ class ExponentialQuadratic(Kernel):
 class Bilinear(Kernel):
     """k(x, x′) = xᵀAx′ (label ``kernel-bilinear``): a valid kernel when A is
     symmetric positive semi-definite."""
+
+    param_constraints = {"A": "finite"}
 
     def __init__(self, A):
         self.A = A

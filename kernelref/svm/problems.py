@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from kernelref._validation import check_gram, check_symmetric
 from kernelref.kernels import RBF, Linear, Polynomial, Sigmoid
 
 __all__ = ["QP", "ROW_CACHE_BYTES", "KernelRows", "c_svc", "dual_objective", "epsilon_svr",
@@ -140,6 +141,23 @@ def _prefaulted(shape):
     return np.frombuffer(buffer, dtype=np.float64).reshape(shape)
 
 
+#: A kernel from outside kernelref is checked for symmetry on this many samples.
+SYMMETRY_PROBE = 32
+
+
+def _probe_symmetry(kernel, X):
+    """Refuse a user kernel whose Gram matrix on the first samples is not
+    symmetric: SMO's steps decrease f(α) only for a symmetric Q, and with a
+    non-symmetric one it can cycle for ever. kernelref's own kernels are
+    symmetric by construction and are not probed."""
+    if type(kernel).__module__.startswith("kernelref."):
+        return
+    m = min(SYMMETRY_PROBE, X.shape[0])
+    head = X[:m]
+    check_symmetric(check_gram(kernel(head), kernel, (m, m)), "k(X[:m], X[:m])",
+                    f"for the SVM, the kernel {kernel!r}")
+
+
 class KernelRows:
     """Rows k(x_n, ·) of the training Gram matrix, each computed once and cached.
 
@@ -162,7 +180,8 @@ class KernelRows:
         if self._precomputed:
             self.diag = np.ascontiguousarray(np.diag(X))
             return
-        self.diag = np.asarray(kernel.diag(X), dtype=float)
+        self.diag = check_gram(kernel.diag(X)[None, :], kernel, (1, n), "the Gram diagonal")[0]
+        _probe_symmetry(kernel, X)
         self._capacity = int(min(n, max(2, cache_bytes // (8 * n))))
         self._block_rows = max(1, CACHE_BLOCK_BYTES // (8 * n))
         self._blocks = []

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kernelref.exceptions import ConvergenceWarning
+from kernelref.exceptions import ConvergenceWarning, NonFiniteError
 
 __all__ = ["TAU", "ConvergenceWarning", "IterationInfo", "Solution", "solve"]
 
@@ -249,6 +249,7 @@ def solve(qp, rows, tol=1e-3, shrinking=True, max_iter=-1, callback=None):
                     state = _restore(qp, rows, alpha_full, order)
                 state.keep(shrink(state, tol, unshrunk))
         i, j, gap = select_working_set(state, rows, tol, buf)
+        _check_finite_gap(gap, state)
         if i < 0:
             if len(state.index) == n:
                 break
@@ -276,6 +277,18 @@ def solve(qp, rows, tol=1e-3, shrinking=True, max_iter=-1, callback=None):
     rho, r = calculate_rho(qp, alpha_full, G)
     objective = float(0.5 * alpha_full @ (G + qp.p))
     return Solution(alpha_full, rho, r, objective, it, float(gap), converged)
+
+
+def _check_finite_gap(gap, state):
+    """Stop on a NaN or infinite violation: m(α) − M(α) < tol is never true for
+    NaN, so without this SMO would run for ever (max_iter=-1)."""
+    if gap < np.inf:
+        return
+    bad = state.index[~np.isfinite(state.neg_yG)][:5]
+    raise NonFiniteError(
+        f"SMO stopped: the gradient is not finite (m(α) − M(α) = {gap}) at the "
+        f"variables of samples {bad.tolist()}; the kernel matrix holds NaN or infinity "
+        "there. Scale X or change the kernel's parameters.")
 
 
 def _gap(state):
