@@ -24,8 +24,10 @@ from scipy.linalg import cholesky, solve_triangular
 
 from kernelref.rvm.design import posterior
 
-__all__ = ["add_coordinate", "coordinate_posterior", "drop_coordinate",
-           "orthonormal_coordinates", "span_residual", "stable_SQ"]
+__all__ = ["FRESH_ERROR_EPS", "add_coordinate", "add_step", "coordinate_posterior",
+           "drift_bound", "drop_coordinate", "fresh_statistics", "inverse_H",
+           "orthonormal_coordinates", "rank_one_SQ", "reestimate_step", "span_residual",
+           "stable_SQ"]
 
 
 def orthonormal_coordinates(Phi, active):
@@ -92,3 +94,95 @@ def coordinate_posterior(R, tau, perp, alpha, beta, N):
     post = posterior(R, tau, alpha, beta)
     outside = -0.5 * ((N - len(tau)) * np.log(2 * np.pi / beta) + beta * perp)
     return post._replace(log_evidence=post.log_evidence + outside)
+
+
+# -- rank-one maintenance (Tipping & Faul 2003, §4; label ``rvm-SQ-rank-one``) ---------
+#
+# Changing one α_j changes C by one rank-one term, C' = C + δφ_jφ_jᵀ with
+# δ = 1/α_j' − 1/α_j (1/α_j' for an addition, −1/α_j for a deletion), so
+#
+#     C'⁻¹ = C⁻¹ − κ e_j e_jᵀ,  e_j = C⁻¹φ_j,  κ = δ/(1 + δS_j),
+#     S_i' = S_i − κv_i²,  Q_i' = Q_i − κv_iQ_j,  v_i = φ_iᵀC⁻¹φ_j,
+#
+# and, in the coordinates above, H⁻¹ changes by one Sherman–Morrison term. The
+# denominators 1 + δS_j are written through s_j, as sums of positive numbers: for a
+# basis function in the model α_j − S_j = α_j²/(α_j + s_j) would otherwise cancel.
+# Each update rounds; `drift_bound` tracks how far S, Q may have drifted from a
+# fresh factorisation, and the fast algorithm refactors when it exceeds its bound.
+
+#: The relative error of S_i and Q_i just after a fresh factorisation, in units of ε
+#: (the fast-algorithm chapter measures about 7 against 40-digit arithmetic).
+FRESH_ERROR_EPS = 16
+
+
+def inverse_H(R, alpha, beta):
+    """H⁻¹ for H = I + βRA⁻¹Rᵀ (label ``rvm-SQ-stable``), by a Cholesky factor of H,
+    whose eigenvalues are at least 1: the m×m matrix the rank-one updates maintain."""
+    G = R * np.sqrt(beta / alpha)
+    H = G @ G.T
+    H.flat[:: len(H) + 1] += 1.0
+    L = cholesky(H, lower=True, check_finite=False)
+    L_inv = solve_triangular(L, np.eye(len(H)), lower=True, check_finite=False)
+    return L_inv.T @ L_inv
+
+
+def fresh_statistics(Psi, active, alpha, beta, residual, PhiT_t, tau):
+    """S, Q of every column (`stable_SQ`) and H⁻¹ (`inverse_H`), from scratch: the
+    starting point of the rank-one updates, and what they are refreshed to."""
+    S, Q = stable_SQ(Psi, active, alpha, beta, residual, PhiT_t, tau)
+    return S, Q, inverse_H(Psi[:, active], alpha, beta)
+
+
+def rank_one_SQ(S, Q, v, kappa, j):
+    """S_i' = S_i − κv_i², Q_i' = Q_i − κv_iQ_j after one α_j changes (label
+    ``rvm-SQ-rank-one``): C'⁻¹ = C⁻¹ − κe_je_jᵀ with v_i = φ_iᵀC⁻¹φ_j."""
+    return S - kappa * v**2, Q - (kappa * Q[j]) * v
+
+
+def drift_bound(bound, S, Q, S_new, v, kappa, j):
+    """An upper estimate of the relative error of every S_i (and of Q_i relative to
+    √(S_i·tᵀC⁻¹t)) after `rank_one_SQ`, from the one before (``bound``).
+
+    The error already in S_i carries over unchanged in size, so relative to S_i' it
+    grows by S_i/S_i'; the update adds the rounding of the terms it combines,
+    ε(S_i + 2|κ|v_i²), and the relative error of v_i and κ (no larger than the
+    current bound, since they come from the same maintained H⁻¹ and S) times |κ|v_i².
+    """
+    eps = np.finfo(float).eps
+    size = np.abs(S) + 2 * np.abs(kappa) * v**2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        grown = (bound * size + FRESH_ERROR_EPS * eps * size) / np.abs(S_new)
+    return np.where(np.abs(S_new) > 0, grown, np.inf)
+
+
+def reestimate_step(Psi, G, beta, j_row, alpha_old, alpha_new, s_j):
+    """v = ΦᵀC⁻¹φ_j, κ and the new H⁻¹ when α_j of a basis function in the model
+    changes from ``alpha_old`` to ``alpha_new`` (label ``rvm-SQ-rank-one``).
+
+    ``j_row`` is ψ_j = Uᵀφ_j; φ_j lies in the span, so C⁻¹φ_j = βUH⁻¹ψ_j and
+    v = βΨᵀH⁻¹ψ_j. H' = H + βδψ_jψ_jᵀ, and 1 + δS_j = α(α' + s_j)/(α'(α + s_j)).
+    """
+    delta = 1.0 / alpha_new - 1.0 / alpha_old
+    denominator = alpha_old * (alpha_new + s_j) / (alpha_new * (alpha_old + s_j))
+    w = G @ j_row
+    v = beta * (Psi.T @ w)
+    kappa = delta / denominator
+    return v, kappa, G - np.outer(w, w) * (beta * delta / denominator)
+
+
+def add_step(Psi, G, beta, j, alpha_j, S_j):
+    """v, κ and the new H⁻¹ when column j joins the model with α_j, after
+    `add_coordinate` has given Ψ its new last row uᵀΦ (label ``rvm-SQ-rank-one``).
+
+    With r̃ = (ψ_j, ρ) its coordinates in the extended basis (ρ = uᵀφ_j) and
+    H̃ = diag(H, 1), H' = H̃ + (β/α_j)r̃r̃ᵀ; w = H̃⁻¹r̃ = (H⁻¹ψ_j, ρ) gives
+    v = βΨᵀw, κ = 1/(α_j + S_j) and H'⁻¹ = H̃⁻¹ − βwwᵀ/(α_j + S_j).
+    """
+    m = len(G)
+    w = np.append(G @ Psi[:m, j], Psi[m, j])
+    v = beta * (Psi.T @ w)
+    G_new = np.zeros((m + 1, m + 1))
+    G_new[:m, :m] = G
+    G_new[m, m] = 1.0
+    G_new -= np.outer(w, w) * (beta / (alpha_j + S_j))
+    return v, 1.0 / (alpha_j + S_j), G_new

@@ -28,16 +28,19 @@ from collections import namedtuple
 import numpy as np
 
 from kernelref.rvm.coordinates import (
-    add_coordinate, coordinate_posterior, drop_coordinate, orthonormal_coordinates,
-    span_residual, stable_SQ)
+    FRESH_ERROR_EPS, add_coordinate, add_step, coordinate_posterior, drift_bound,
+    drop_coordinate, fresh_statistics, orthonormal_coordinates, rank_one_SQ,
+    reestimate_step, span_residual)
 from kernelref.rvm.design import initial_beta
 from kernelref.rvm.reestimate import gamma_factors
 
 __all__ = [
     "ALIGNMENT_MAX", "BETA_MAX_FACTOR", "BETA_SCHEDULES", "BETA_UPDATE_FREQUENCY",
-    "BETA_UPDATE_START", "FastResult", "INIT_ALPHA_MAX", "MIN_DELTA_LOG_BETA",
-    "SPAN_RESIDUAL_MIN", "ZERO_FACTOR", "check_beta_schedule", "ell", "fast_marginal_likelihood",
-    "fast_on_unit_columns", "fast_regression", "on_user_scale", "optimal_alpha",
+    "BETA_UPDATE_START", "DRIFT_MAX", "FastModel", "FastResult", "INIT_ALPHA_MAX",
+    "MIN_DELTA_LOG_BETA", "SPAN_RESIDUAL_MIN", "ZERO_FACTOR", "add_basis_function",
+    "check_beta_schedule", "choose_action", "delete_basis_function", "ell",
+    "fast_marginal_likelihood", "fast_on_unit_columns", "fast_regression", "noise_update",
+    "on_user_scale", "optimal_alpha", "reestimate_basis_function", "refresh",
     "sparsity_quality", "unit_columns"]
 
 # Defaults of SparseBayes 2.0 (SB2_ControlSettings, SB2_Initialisation).
@@ -64,6 +67,9 @@ INIT_ALPHA_MAX = 1e3
 #: of the model's columns is never added: below it the new direction (I − UUᵀ)φ_i,
 #: computed with an absolute error of a few ε, is mostly rounding.
 SPAN_RESIDUAL_MIN = 1e-10
+#: S_i and Q_i are factorised afresh once the estimated relative error the rank-one
+#: updates have put into them (`kernelref.rvm.coordinates.drift_bound`) exceeds this.
+DRIFT_MAX = 1e-10
 
 #: How β is learnt alongside α (see `fast_regression`).
 BETA_SCHEDULES = ("both", "update", "hold")
@@ -71,10 +77,11 @@ BETA_SCHEDULES = ("both", "update", "hold")
 #: ``active`` indexes the columns of Φ in the model; ``alpha``, ``mu``, ``Sigma``
 #: belong to them, on the scale of the columns the function was given; ``evidence`` is the log evidence after each iteration;
 #: ``actions`` records ("add" | "reestimate" | "delete" | "none", column) per
-#: iteration.
+#: iteration; ``n_fresh`` counts the fresh factorisations (rvm-SQ-stable).
 FastResult = namedtuple(
     "FastResult",
-    "active alpha beta mu Sigma gamma log_evidence evidence actions n_iter converged")
+    "active alpha beta mu Sigma gamma log_evidence evidence actions n_iter converged "
+    "n_fresh")
 
 
 def sparsity_quality(S, Q, alpha):
@@ -175,6 +182,13 @@ def fast_on_unit_columns(Phi, usable, t, *, max_iter=10000, tol=1e-3, update_bet
     in the model, or that lie within `SPAN_RESIDUAL_MIN` of the model's span are
     never added.
 
+    Each iteration is `choose_action` on the current S, Q and then one of
+    `add_basis_function`, `reestimate_basis_function` or `delete_basis_function`.
+    S, Q and H⁻¹ are carried from one iteration to the next by rank-one updates
+    (rvm-SQ-rank-one, O(Pm) on an addition or re-estimation) and factorised afresh
+    (rvm-SQ-stable, O(Pm² + m³)) after a deletion, after a β update, and when
+    their estimated drift exceeds `DRIFT_MAX`.
+
     ``beta`` replaces the starting β (with ``update_beta=False``, the fixed β),
     and ``alpha`` (one per column, ``np.inf`` outside the model) replaces the
     starting model: a warm start, which the relevance vector classifier uses on
@@ -194,70 +208,160 @@ def fast_on_unit_columns(Phi, usable, t, *, max_iter=10000, tol=1e-3, update_bet
     else:
         alpha = np.array(alpha, dtype=float)
         active = np.flatnonzero(np.isfinite(alpha))
-    active = np.sort(np.asarray(active, dtype=int))
-    unit = usable.astype(float)
-    U, Psi = orthonormal_coordinates(Phi, active)
-    t2 = t @ t
-
-    tau = U.T @ t
-    perp = max(t2 - tau @ tau, 0.0)                     # ‖(I − UUᵀ)t‖²
-    post = coordinate_posterior(Psi[:, active], tau, perp, alpha[active], beta, N)
+    U, Psi = orthonormal_coordinates(Phi, np.sort(np.asarray(active, dtype=int)))
+    model = FastModel(np.sort(np.asarray(active, dtype=int)), alpha, beta, U, Psi,
+                      *[None] * 9, 0)
+    model = refresh(model, Phi, usable, t, PhiT_t, alignment_max)
     evidence, actions = [], []
     converged = False
     for n_iter in range(1, max_iter + 1):
-        residual = span_residual(Psi, unit)
-        S, Q = stable_SQ(Psi, active, alpha[active], beta, residual, PhiT_t, tau)
-        s, q = sparsity_quality(S, Q, alpha)
-        refused = ~usable | (residual < SPAN_RESIDUAL_MIN)
-        if alignment_max < 1:
-            inner = Psi.T @ Psi[:, active]              # φ_iᵀφ_j, j in the model
-            refused |= np.max(np.abs(inner), axis=1) > alignment_max
-        new_alpha, gain = _choose_action(alpha, s, q, refused, len(active))
-        j = int(np.argmax(gain))
-        inside = np.isfinite(alpha)
-        log_change = np.abs(np.log(new_alpha[inside] / alpha[inside]))
-        settled = np.all(log_change < tol) and not np.any(np.isinf(new_alpha) != ~inside)
-        # When no gain is positive the remaining changes of α are below what the
-        # evidence resolves in floating point: the α are as settled as they can get.
-        settled = settled or gain[j] <= 0
-
+        j, new_alpha, gain, settled = choose_action(model, usable, tol, alignment_max)
+        fresh = False
         if gain[j] <= 0:
             # No single α change raises the evidence: only β may still move.
             actions.append(("none", j))
         elif np.isinf(new_alpha[j]):
             actions.append(("delete", j))
-            active = active[active != j]
-            U, Psi = drop_coordinate(U, Psi, Psi[:, active])
-        elif not inside[j]:
+            model, fresh = delete_basis_function(model, t, j), True
+        elif not np.isfinite(model.alpha[j]):
             actions.append(("add", j))
-            U, Psi = add_coordinate(Phi, U, Psi, j)
-            active = np.sort(np.append(active, j))
+            model = add_basis_function(model, Phi, t, usable, j, new_alpha[j], alignment_max)
         else:
             actions.append(("reestimate", j))
+            model = reestimate_basis_function(model, j, new_alpha[j])
         if gain[j] > 0:
-            alpha[j] = new_alpha[j]
-        if actions[-1][0] in ("add", "delete"):          # the span changed
-            tau = U.T @ t
-            perp = max(t2 - tau @ tau, 0.0)
+            model = model._replace(log_evidence=model.log_evidence + gain[j])
+        fresh = fresh or np.max(model.drift[usable]) > DRIFT_MAX
 
-        post = coordinate_posterior(Psi[:, active], tau, perp, alpha[active], beta, N)
         beta_due = n_iter <= BETA_UPDATE_START or n_iter % BETA_UPDATE_FREQUENCY == 0
         beta_change = 0.0
         if update_beta and (beta_due or settled):
-            gamma = gamma_factors(alpha[active], np.diag(post.Sigma))
-            misfit = tau - Psi[:, active] @ post.mu
-            # (rvm-noise) with ‖t − Φμ‖² = ‖(I − UUᵀ)t‖² + ‖τ − Rμ‖²
-            new_beta = min((N - gamma.sum()) / (perp + misfit @ misfit), beta_max)
-            beta_change, beta = abs(np.log(new_beta / beta)), new_beta
-            post = coordinate_posterior(Psi[:, active], tau, perp, alpha[active], beta, N)
-        evidence.append(post.log_evidence)
+            new_beta = noise_update(model, N, beta_max)
+            beta_change = abs(np.log(new_beta / model.beta))
+            model, fresh = model._replace(beta=new_beta), True
+        if fresh:
+            model = refresh(model, Phi, usable, t, PhiT_t, alignment_max)
+        evidence.append(model.log_evidence)
         if settled and beta_change < MIN_DELTA_LOG_BETA:
             converged = True
             break
 
-    gamma = gamma_factors(alpha[active], np.diag(post.Sigma))
-    return FastResult(active, alpha[active], beta, post.mu, post.Sigma, gamma,
-                      post.log_evidence, np.array(evidence), actions, n_iter, converged)
+    active = model.active
+    post = coordinate_posterior(model.Psi[:, active], model.tau, model.perp,
+                                model.alpha[active], model.beta, N)
+    gamma = gamma_factors(model.alpha[active], np.diag(post.Sigma))
+    return FastResult(active, model.alpha[active], model.beta, post.mu, post.Sigma, gamma,
+                      post.log_evidence, np.array(evidence), actions, n_iter, converged,
+                      model.n_fresh)
+
+
+#: The state the sequential algorithm carries between iterations: the model
+#: (``active`` sorted, ``alpha`` for every column, ∞ outside, ``beta``), the
+#: orthonormal coordinates ``U``, ``Psi`` = UᵀΦ, ``tau`` = Uᵀt and
+#: ``perp`` = ‖(I − UUᵀ)t‖², ``residual`` = ‖(I − UUᵀ)φ_i‖², ``S``, ``Q`` and
+#: ``G`` = H⁻¹ (rvm-SQ-stable) with ``drift``, the estimated relative error of
+#: each S_i; ``align``, each column's largest |cosine| with one in the model;
+#: ``log_evidence``; and ``n_fresh``, the fresh factorisations so far.
+FastModel = namedtuple(
+    "FastModel", "active alpha beta U Psi tau perp residual S Q G drift align "
+    "log_evidence n_fresh")
+
+
+def refresh(model, Phi, usable, t, PhiT_t, alignment_max):
+    """Every derived quantity of ``model`` from its coordinates afresh: τ, the
+    residuals, S, Q and H⁻¹ (rvm-SQ-stable), the alignments and the log evidence
+    (rvm-evidence-split). One fresh factorisation, O(Pm² + m³)."""
+    active, alpha, beta, Psi = model.active, model.alpha, model.beta, model.Psi
+    tau = model.U.T @ t
+    perp = max(t @ t - tau @ tau, 0.0)                  # ‖(I − UUᵀ)t‖²
+    residual = span_residual(Psi, usable.astype(float))
+    S, Q, G = fresh_statistics(Psi, active, alpha[active], beta, residual, PhiT_t, tau)
+    align = None
+    if alignment_max < 1:
+        align = np.max(np.abs(Psi.T @ Psi[:, active]), axis=1)   # |φ_iᵀφ_j|, j in the model
+    post = coordinate_posterior(Psi[:, active], tau, perp, alpha[active], beta, len(t))
+    drift = np.full(len(S), FRESH_ERROR_EPS * np.finfo(float).eps)
+    return model._replace(tau=tau, perp=perp, residual=residual, S=S, Q=Q, G=G,
+                          drift=drift, align=align, log_evidence=post.log_evidence,
+                          n_fresh=model.n_fresh + 1)
+
+
+def choose_action(model, usable, tol, alignment_max):
+    """The column j to act on, every column's optimal α and gain ΔL
+    (`_choose_action`), and whether the α have settled (see `fast_on_unit_columns`)."""
+    alpha = model.alpha
+    s, q = sparsity_quality(model.S, model.Q, alpha)
+    refused = ~usable | (model.residual < SPAN_RESIDUAL_MIN)
+    if alignment_max < 1:
+        refused |= model.align > alignment_max
+    new_alpha, gain = _choose_action(alpha, s, q, refused, len(model.active))
+    j = int(np.argmax(gain))
+    inside = np.isfinite(alpha)
+    log_change = np.abs(np.log(new_alpha[inside] / alpha[inside]))
+    settled = np.all(log_change < tol) and not np.any(np.isinf(new_alpha) != ~inside)
+    # When no gain is positive the remaining changes of α are below what the
+    # evidence resolves in floating point: the α are as settled as they can get.
+    return j, new_alpha, gain, bool(settled or gain[j] <= 0)
+
+
+def _rank_one(model, j, v, kappa, G, **changes):
+    """Apply (rvm-SQ-rank-one) to S, Q with its drift estimate, and ``changes``."""
+    S, Q = rank_one_SQ(model.S, model.Q, v, kappa, j)
+    drift = drift_bound(model.drift, model.S, model.Q, S, v, kappa, j)
+    return model._replace(S=S, Q=Q, G=G, drift=drift, **changes)
+
+
+def reestimate_basis_function(model, j, alpha_j):
+    """Set α_j of a basis function in the model to ``alpha_j`` (rvm-fast-alpha) and
+    update S, Q and H⁻¹ by one rank-one term (rvm-SQ-rank-one); O(Pm + m²)."""
+    s, _ = sparsity_quality(model.S[j:j + 1], model.Q[j:j + 1], model.alpha[j:j + 1])
+    v, kappa, G = reestimate_step(model.Psi, model.G, model.beta, model.Psi[:, j],
+                                  model.alpha[j], alpha_j, s[0])
+    alpha = model.alpha.copy()
+    alpha[j] = alpha_j
+    return _rank_one(model, j, v, kappa, G, alpha=alpha)
+
+
+def add_basis_function(model, Phi, t, usable, j, alpha_j, alignment_max):
+    """Add column j with α_j: extend the coordinates by Gram–Schmidt
+    (`add_coordinate`, the only O(NP) step) and update S, Q and H⁻¹ by one rank-one
+    term (rvm-SQ-rank-one)."""
+    U, Psi = add_coordinate(Phi, model.U, model.Psi, j)
+    v, kappa, G = add_step(Psi, model.G, model.beta, j, alpha_j, model.S[j])
+    alpha = model.alpha.copy()
+    alpha[j] = alpha_j
+    u_t = U[:, -1] @ t
+    align = model.align
+    if alignment_max < 1:
+        align = np.maximum(align, np.abs(Psi.T @ Psi[:, j]))
+    return _rank_one(model, j, v, kappa, G, alpha=alpha, U=U, Psi=Psi,
+                     active=np.sort(np.append(model.active, j)),
+                     tau=np.append(model.tau, u_t), perp=max(model.perp - u_t**2, 0.0),
+                     residual=span_residual(Psi, usable.astype(float)), align=align)
+
+
+def delete_basis_function(model, t, j):
+    """Remove column j from the model and shrink the coordinates to the span of
+    the rest (`drop_coordinate`, an m×m QR) with τ = Uᵀt; the caller then
+    refreshes S, Q (`refresh`)."""
+    active = model.active[model.active != j]
+    U, Psi = drop_coordinate(model.U, model.Psi, model.Psi[:, active])
+    alpha = model.alpha.copy()
+    alpha[j] = np.inf
+    tau = U.T @ t
+    return model._replace(active=active, alpha=alpha, U=U, Psi=Psi, tau=tau,
+                          perp=max(t @ t - tau @ tau, 0.0))
+
+
+def noise_update(model, N, beta_max):
+    """β from (rvm-noise) at the current α, with ‖t − Φμ‖² = ‖(I − UUᵀ)t‖² + ‖τ − Rμ‖²,
+    at most ``beta_max``; the posterior comes from the coordinates (O(m³))."""
+    active = model.active
+    R = model.Psi[:, active]
+    post = coordinate_posterior(R, model.tau, model.perp, model.alpha[active], model.beta, N)
+    gamma = gamma_factors(model.alpha[active], np.diag(post.Sigma))
+    misfit = model.tau - R @ post.mu
+    return min((N - gamma.sum()) / (model.perp + misfit @ misfit), beta_max)
 
 
 def check_beta_schedule(beta_schedule):
@@ -294,6 +398,6 @@ def fast_regression(Phi, t, *, beta_schedule="both", **settings):
         runs.append(released._replace(
             evidence=np.concatenate([held.evidence, released.evidence]),
             actions=held.actions + released.actions,
-            n_iter=held.n_iter + released.n_iter,
+            n_iter=held.n_iter + released.n_iter, n_fresh=held.n_fresh + released.n_fresh,
             converged=held.converged and released.converged))
     return on_user_scale(max(runs, key=lambda run: run.log_evidence), scales)
