@@ -24,13 +24,14 @@ from kernelref._validation import (
     check_binary_labels, check_classification_targets, check_integer, check_is_fitted,
     check_n_features, check_samples, record_n_features)
 from kernelref.base import BaseEstimator, ClassifierMixin
-from kernelref.kernels import RBF, Kernel
+from kernelref.kernels import RBF, Kernel, accepts_sparse
 from kernelref.laplace import (
     TOL, damped_newton, likelihood_curvature, log_likelihood, log_likelihood_gradient,
     log_likelihood_third_derivative, sigmoid)
 
 __all__ = ["GaussianProcessClassifier", "LaplaceMode", "laplace_mode", "latent_predictive",
-           "log_evidence_gradient", "probit_probability", "quadrature_probability"]
+           "log_evidence_gradient", "probit_log_probability", "probit_probability",
+           "quadrature_probability"]
 
 #: The trapezoid rule of ``quadrature_probability`` integrates over |x| ≤ 9
 #: standard deviations; the Gaussian mass outside is 2Φ(−9) ≈ 2e-19.
@@ -165,6 +166,13 @@ def probit_probability(mean, variance):
     """
     kappa = 1.0 / np.sqrt(1.0 + np.pi * variance / 8.0)
     return sigmoid(kappa * mean)
+
+
+def probit_log_probability(mean, variance):
+    """log σ(κ(s²)μ) of (label ``gpc-probit``) as −log(1 + exp(−κμ)), accurate where
+    σ rounds to 0 or 1 (``logaddexp``, as the log-sigmoid everywhere here)."""
+    kappa = 1.0 / np.sqrt(1.0 + np.pi * variance / 8.0)
+    return -np.logaddexp(0.0, -kappa * mean)
 
 
 def quadrature_probability(mean, variance):
@@ -342,7 +350,7 @@ class GaussianProcessClassifier(ClassifierMixin, BaseEstimator):
     def fit(self, X, y):
         """Find the mode (and, with an optimizer, the hyperparameters) for `X`, `y`."""
         kernel = self._validate_params()
-        X = check_samples(X, kernel, "X")
+        X = check_samples(X, kernel, "X", accept_sparse=accepts_sparse(kernel))
         self._forget_fit()
         self.classes_, y_index = check_classification_targets(y, X.shape[0], "y")
         self.X_fit_ = X
@@ -389,7 +397,7 @@ class GaussianProcessClassifier(ClassifierMixin, BaseEstimator):
         check_is_fitted(self, "log_marginal_likelihood_value_")
         # with several classes every binary model has a copy of the same kernel
         kernel = self.kernel_[0] if isinstance(self.kernel_, list) else self.kernel_
-        X = check_samples(X, kernel, "X")
+        X = check_samples(X, kernel, "X", accept_sparse=accepts_sparse(kernel))
         if X.ndim == 2:
             check_n_features(X, self.n_features_in_)
         return X
@@ -426,6 +434,18 @@ class GaussianProcessClassifier(ClassifierMixin, BaseEstimator):
             return P / P.sum(axis=1, keepdims=True)
         p = self._positive_probability(X, method)
         return np.column_stack([1.0 - p, p])
+
+    def predict_log_proba(self, X, method="probit"):
+        """log P(class | x), columns in the order of ``classes_``. Two classes with
+        ``method="probit"``: log σ(±κμ) directly (``probit_log_probability``), so a
+        confident prediction keeps its small probability instead of log 0; otherwise
+        the log of ``predict_proba``, clipped at the smallest positive float."""
+        if method == "probit" and not self._is_multiclass():
+            mean, variance = self._binary_latent(self._latent(X))
+            return np.column_stack([probit_log_probability(-mean, variance),
+                                    probit_log_probability(mean, variance)])
+        P = self.predict_proba(X, method)
+        return np.log(np.maximum(P, np.finfo(float).tiny))
 
     def predict(self, X):
         """The most probable class. For two classes that is the sign of the
