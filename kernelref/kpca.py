@@ -12,11 +12,19 @@ projection of x on v_k is y_k(x) = Σ_n a_kn k̃(x, x_n) (label ``kpca-project``
 
 ``eigenvalues_`` are the eigenvalues λ_k N of K̃, as in scikit-learn; divide by
 N for the covariance eigenvalues λ_k.
+
+A projection has no exact pre-image in general: φ(x) lives in feature space,
+and most points there are images of no x. ``inverse_transform`` learns an
+approximate map back, as scikit-learn does (Bakır, Weston & Schölkopf 2004):
+kernel ridge regression (label ``ridge-dual-solution``) from the training
+projections Y to the training inputs X, B = (K_Y + αI)⁻¹ X with K_Y the same
+kernel on the projections, and x̂(y) = k_Y(y)ᵀ B (label ``kpca-preimage``).
 """
 
 import numbers
 
 import numpy as np
+import scipy.sparse as sp
 from scipy.linalg import eigh
 from scipy.sparse.linalg import eigsh
 
@@ -24,7 +32,9 @@ from kernelref._validation import (
     check_is_fitted, check_n_features, check_samples, check_training_samples,
     record_n_features)
 from kernelref.base import BaseEstimator
-from kernelref.kernels import make_kernel
+from kernelref.exceptions import NotFittedError
+from kernelref.kernels import accepts_sparse, make_kernel
+from kernelref.ridge import dual_coefficients
 
 __all__ = ["KernelPCA", "centre_gram", "centre_cross_gram"]
 
@@ -76,6 +86,11 @@ class KernelPCA(BaseEstimator):
         than 200 samples.
     random_state : int, Generator or None
         Seeds arpack's starting vector.
+    alpha : float ≥ 0
+        Ridge penalty of the learned pre-image map (``fit_inverse_transform``).
+    fit_inverse_transform : bool
+        Learn the map from projections back to inputs that ``inverse_transform``
+        applies (not with ``kernel="precomputed"`` or sparse X).
 
     Attributes
     ----------
@@ -85,10 +100,16 @@ class KernelPCA(BaseEstimator):
         Unit-norm eigenvectors u of K̃, each with its largest-magnitude entry positive.
     dual_coef_ : ndarray (n_samples, n_components)
         a = u/√(λN), so that λN aᵀa = 1 (label ``kpca-normalise``); zero for λ = 0.
+    X_transformed_fit_ : ndarray (n_samples, n_components)
+        With ``fit_inverse_transform``: the training projections Y.
+    inverse_dual_coef_ : ndarray (n_samples, n_features)
+        With ``fit_inverse_transform``: B = (K_Y + αI)⁻¹ X (scikit-learn's
+        ``dual_coef_``; ours holds the a of ``kpca-normalise``).
     """
 
     def __init__(self, n_components=None, kernel="rbf", gamma=None, degree=3, coef0=1,
-                 eigen_solver="auto", random_state=None):
+                 eigen_solver="auto", random_state=None, alpha=1.0,
+                 fit_inverse_transform=False):
         self.n_components = n_components
         self.kernel = kernel
         self.gamma = gamma
@@ -96,9 +117,30 @@ class KernelPCA(BaseEstimator):
         self.coef0 = coef0
         self.eigen_solver = eigen_solver
         self.random_state = random_state
+        self.alpha = alpha
+        self.fit_inverse_transform = fit_inverse_transform
+
+    def _validate_inverse(self, X):
+        if not isinstance(self.fit_inverse_transform, (bool, np.bool_)):
+            raise TypeError(f"fit_inverse_transform must be True or False; "
+                            f"got {self.fit_inverse_transform!r}.")
+        if not self.fit_inverse_transform:
+            return
+        if isinstance(self.kernel, str) and self.kernel == "precomputed":
+            raise ValueError("fit_inverse_transform=True needs the inputs X to map back "
+                             "to; with kernel='precomputed' there are none. Pass X.")
+        if sp.issparse(X):
+            raise TypeError("fit_inverse_transform=True maps projections to dense "
+                            "(n_samples, n_features) inputs; pass X.toarray() or do not "
+                            "fit the inverse transform.")
+        if (isinstance(self.alpha, bool) or not isinstance(self.alpha, numbers.Real)
+                or not np.isfinite(self.alpha) or self.alpha < 0):
+            raise ValueError(f"alpha must be a finite number >= 0 (the ridge penalty of the "
+                             f"pre-image map); got {self.alpha!r}.")
 
     def _validate(self, X):
-        X = check_training_samples(X, self.kernel)
+        self._validate_inverse(X)
+        X = check_training_samples(X, self.kernel, accept_sparse=accepts_sparse(self.kernel))
         n = X.shape[0]
         if self.n_components is not None and (
                 isinstance(self.n_components, bool)
@@ -160,7 +202,31 @@ class KernelPCA(BaseEstimator):
         self.eigenvalues_, self.eigenvectors_, self.dual_coef_ = lam, U, a
         self.X_fit_ = X
         record_n_features(self, X)
+        for name in ("X_transformed_fit_", "inverse_dual_coef_"):
+            self.__dict__.pop(name, None)
+        if self.fit_inverse_transform:
+            self._fit_inverse_transform(X)
         return self
+
+    def _fit_inverse_transform(self, X):
+        """B = (K_Y + αI)⁻¹ X for the training projections Y (label ``kpca-preimage``)."""
+        Y = self.eigenvectors_ * np.sqrt(self.eigenvalues_)
+        self.inverse_dual_coef_ = dual_coefficients(self.kernel_(Y), X, float(self.alpha),
+                                                    overwrite_K=True)
+        self.X_transformed_fit_ = Y
+
+    def inverse_transform(self, Y):
+        """Approximate pre-images x̂(y) = k_Y(y)ᵀ B of projections Y (label
+        ``kpca-preimage``), by the map learnt with ``fit_inverse_transform=True``."""
+        if not hasattr(self, "inverse_dual_coef_"):
+            raise NotFittedError(
+                "inverse_transform needs the pre-image map: fit with "
+                "fit_inverse_transform=True.")
+        Y = check_samples(Y, self.kernel_, "Y")
+        if Y.shape[1] != self.X_transformed_fit_.shape[1]:
+            raise ValueError(f"Y must have one column per component "
+                             f"({self.X_transformed_fit_.shape[1]}); got {Y.shape[1]}.")
+        return self.kernel_(Y, self.X_transformed_fit_) @ self.inverse_dual_coef_
 
     def fit_transform(self, X, y=None):
         """Projections of the training points: K̃a = λN a = √(λN) u."""
@@ -170,7 +236,7 @@ class KernelPCA(BaseEstimator):
     def transform(self, X):
         """y_k(x) = Σ_n a_kn k̃(x, x_n) for each row of X (label ``kpca-project``)."""
         check_is_fitted(self, "dual_coef_")
-        X = check_samples(X, self.kernel_, "X")
+        X = check_samples(X, self.kernel_, "X", accept_sparse=accepts_sparse(self.kernel_))
         if isinstance(self.kernel_, str):
             if X.shape[1] != len(self.X_fit_):
                 raise ValueError(
