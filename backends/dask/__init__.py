@@ -2,13 +2,29 @@
 
 Gram matrices live in Zarr stores (``GramStore``), factorisations run tile by
 tile on the workers (``linalg``), and iterative solvers stream kernel blocks
-without storing the Gram matrix (``cg``). Fitted estimators carry the
+without storing the Gram matrix (``cg``), and the SVMs are solved by block
+decomposition (``svm``) through the shared loop of long fits (``runtime``). Fitted estimators carry the
 reference's fitted state, so prediction and checks are shared with
 ``kernelref``. Nothing starts at import; ``get_client`` finds or starts a cluster.
 """
 
 from backends.dask.cluster import get_client
+from backends.dask.gp import GaussianProcessClassifier, GaussianProcessRegressor
 from backends.dask.gram_store import GramStore
+from backends.dask.kpca import KernelPCA
 from backends.dask.ridge import KernelRidge
+from backends.dask.svm import SVC, SVR, NuSVC, NuSVR, OneClassSVM
 
-__all__ = ["GramStore", "KernelRidge", "get_client"]
+__all__ = [
+    "SVC",
+    "SVR",
+    "GaussianProcessClassifier",
+    "GaussianProcessRegressor",
+    "GramStore",
+    "KernelPCA",
+    "KernelRidge",
+    "NuSVC",
+    "NuSVR",
+    "OneClassSVM",
+    "get_client",
+]

@@ -18,6 +18,7 @@ share:
   progress; an exception saves the last complete state before it propagates.
 """
 
+import atexit
 import collections
 import hashlib
 import json
@@ -29,7 +30,6 @@ import tempfile
 import threading
 import time
 import uuid
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,7 +48,7 @@ __all__ = [
 
 FORMAT = "kernelref.fit_store"
 FORMAT_VERSION = 1
-CHECKPOINT_FILE = "checkpoint.json"
+CHECKPOINT_FILE = "checkpoint.json"  # <name>.checkpoint.json
 
 #: Rows of data a worker keeps in memory between tasks, in bytes. Chunks are
 #: re-read from the store beyond it, so a worker's memory does not grow with N.
@@ -179,6 +179,17 @@ class FitStore:
     def x_ref(self):
         return self._refs["X"]
 
+    @property
+    def is_temporary(self):
+        """True for a store made in a temporary directory (``path=None``)."""
+        return str(self.path.parent) in _temporaries
+
+    def remove_if_temporary(self):
+        """Delete a temporary store (a fit without ``store=`` cannot be resumed)."""
+        if self.is_temporary:
+            shutil.rmtree(self.path.parent, ignore_errors=True)
+            _temporaries.discard(str(self.path.parent))
+
     def array_ref(self, name):
         return self._refs[name]
 
@@ -243,11 +254,14 @@ class FitStore:
         return cls(path, attrs, _refs(path, attrs))
 
     # -- checkpoints -------------------------------------------------------------
-    def save_state(self, state, iteration):
-        """Checkpoint `state` (numpy arrays and JSON-able scalars) atomically."""
+    def save_state(self, state, iteration, name="state"):
+        """Checkpoint `state` (numpy arrays and JSON-able scalars) atomically.
+
+        `name` keeps several checkpoints apart (one per binary machine, say).
+        """
         import zarr
 
-        name = f"state-{uuid.uuid4().hex}"
+        prefix, name = name, f"{name}-{uuid.uuid4().hex}"
         group = zarr.open_group(store=str(self.path / name), mode="w")
         arrays, scalars, checksums = {}, {}, {}
         for key, value in state.items():
@@ -273,18 +287,18 @@ class FitStore:
             "scalars": json.loads(json.dumps(scalars, default=_json_default)),
             "sha256": checksums,
         }
-        temporary = self.path / f"{CHECKPOINT_FILE}.{uuid.uuid4().hex}.tmp"
+        temporary = self.path / f"{prefix}.{uuid.uuid4().hex}.tmp"
         temporary.write_text(json.dumps(record))
-        os.replace(temporary, self.path / CHECKPOINT_FILE)
-        for old in self.path.glob("state-*"):
+        os.replace(temporary, self.path / f"{prefix}.{CHECKPOINT_FILE}")
+        for old in self.path.glob(f"{prefix}-*"):
             if old.name != name:
                 shutil.rmtree(old, ignore_errors=True)
 
-    def load_state(self):
-        """(state, iteration) of the last checkpoint, or None if there is none."""
+    def load_state(self, name="state"):
+        """(state, iteration) of the last checkpoint `name`, or None if there is none."""
         import zarr
 
-        pointer = self.path / CHECKPOINT_FILE
+        pointer = self.path / f"{name}.{CHECKPOINT_FILE}"
         if not pointer.is_file():
             return None
         fix = "refit with resume=False to start afresh"
@@ -305,10 +319,10 @@ class FitStore:
             ) from error
         return state, int(record["iteration"])
 
-    def discard_state(self):
-        """Remove the checkpoint, so the next fit starts from the beginning."""
-        (self.path / CHECKPOINT_FILE).unlink(missing_ok=True)
-        for old in self.path.glob("state-*"):
+    def discard_state(self, name="state"):
+        """Remove the checkpoint `name`, so the next fit starts from the beginning."""
+        (self.path / f"{name}.{CHECKPOINT_FILE}").unlink(missing_ok=True)
+        for old in self.path.glob(f"{name}-*"):
             shutil.rmtree(old, ignore_errors=True)
 
 
@@ -403,13 +417,20 @@ def _check_empty(path):
         )
 
 
-_temporaries = []
+_temporaries = set()
 
 
 def _temporary_path():
     directory = tempfile.mkdtemp(prefix="kernelref-fit-")
-    _temporaries.append(weakref.finalize(_temporaries, shutil.rmtree, directory, True))
+    _temporaries.add(directory)
     return pathlib.Path(directory) / "fit.zarr"
+
+
+@atexit.register
+def _remove_temporaries():
+    for directory in list(_temporaries):
+        shutil.rmtree(directory, ignore_errors=True)
+        _temporaries.discard(directory)
 
 
 def _json_default(value):
@@ -522,6 +543,7 @@ def run_loop(
     checkpoint_seconds=5.0,
     max_iter=None,
     description="fit",
+    name="state",
 ):
     """Run `fit` to convergence from its last checkpoint (or its start).
 
@@ -532,11 +554,11 @@ def run_loop(
     ``size_name``. The state is checkpointed after the start, every
     `checkpoint_seconds` and at the end; an exception (an interrupt, a lost
     scheduler, a callback's own exception) checkpoints the last complete state
-    before it propagates. Returns (state, iterations).
+    before it propagates. `name` names the checkpoint. Returns (state, iterations).
     """
-    loaded = store.load_state() if resume else None
+    loaded = store.load_state(name) if resume else None
     if not resume:
-        store.discard_state()
+        store.discard_state(name)
     with Progress(
         progress,
         description,
@@ -545,7 +567,7 @@ def run_loop(
     ) as bar:
         if loaded is None:
             state, iteration = fit.start(), 0
-            store.save_state(state, iteration)
+            store.save_state(state, iteration, name)
         else:
             state, iteration = loaded
         saved_at, saved_iteration = time.monotonic(), iteration
@@ -554,13 +576,13 @@ def run_loop(
                 state = fit.step(state)
                 iteration += 1
                 if time.monotonic() - saved_at >= checkpoint_seconds:
-                    store.save_state(state, iteration)
+                    store.save_state(state, iteration, name)
                     saved_at, saved_iteration = time.monotonic(), iteration
                 bar.update(iteration, *fit.measure(state))
         except BaseException:
             if iteration != saved_iteration:
-                store.save_state(state, iteration)
+                store.save_state(state, iteration, name)
             raise
     if iteration != saved_iteration:
-        store.save_state(state, iteration)
+        store.save_state(state, iteration, name)
     return state, iteration

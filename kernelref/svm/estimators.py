@@ -20,9 +20,12 @@ import numpy as np
 from scipy.optimize import linprog
 
 from kernelref._validation import (
+    plain,
+    evaluate_kernel,
     check_classification_targets, check_is_fitted, check_n_features, check_samples,
     check_targets, check_training_samples, record_n_features)
-from kernelref.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from kernelref.base import (
+    BaseEstimator, ClassifierMixin, RegressorMixin, restores_on_error)
 from kernelref.kernels import Linear, accepts_sparse, make_kernel
 from kernelref.svm import problems
 from kernelref.svm.kkt import DualProblem
@@ -35,13 +38,15 @@ __all__ = ["NuSVC", "NuSVR", "OneClassSVM", "SVC", "SVR"]
 
 def _check_number(value, name, low, high, *, low_open=True, allow_inf=False, hint=""):
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number; got {value!r}.")
+        raise TypeError(f"{name} must be a number; got {plain(value)!r}.")
     value = float(value)
     finite_ok = np.isfinite(value) or (allow_inf and value == np.inf)
     below = value <= low if low_open else value < low
     if not finite_ok or below or value > high:
         left = "(" if low_open else "["
-        raise ValueError(f"{name} must be in {left}{low:g}, {high:g}]; got {value!r}.{hint}")
+        right = "]" if np.isfinite(high) or allow_inf else ")"
+        raise ValueError(
+            f"{name} must be in {left}{low:g}, {high:g}{right}; got {value!r}.{hint}")
     return value
 
 
@@ -107,7 +112,7 @@ class _BaseSVM(BaseEstimator):
             return X[:, self.support_]
         if X.ndim == 2:
             check_n_features(X, self.n_features_in_)
-        return self.kernel_(X, self.support_vectors_)
+        return evaluate_kernel(self.kernel_, X, self.support_vectors_)
 
     @property
     def coef_(self):
@@ -136,6 +141,7 @@ class _BaseSVC(ClassifierMixin, _BaseSVM):
         if not isinstance(self.break_ties, (bool, np.bool_)):
             raise TypeError(f"break_ties must be True or False; got {self.break_ties!r}.")
 
+    @restores_on_error
     def fit(self, X, y, sample_weight=None):
         self._validate_shape()
         self._validate_params()
@@ -333,8 +339,8 @@ class NuSVC(SVC):
             if self.nu * (totals[i] + totals[j]) / 2.0 >= min(totals[i], totals[j]):
                 limit = 2.0 * min(totals[i], totals[j]) / (totals[i] + totals[j])
                 raise ValueError(
-                    f"nu={self.nu:g} is infeasible for classes {self.classes_[i]!r} and "
-                    f"{self.classes_[j]!r}: ν-SVC needs ν < 2 min(n₊, n₋)/n = {limit:.4g}, "
+                    f"nu={self.nu:g} is infeasible for classes {plain(self.classes_[i])!r} and "
+                    f"{plain(self.classes_[j])!r}: ν-SVC needs ν < 2 min(n₊, n₋)/n = {limit:.4g}, "
                     "as Σα = νn/2 must fit in each class's box; at equality every multiplier "
                     "of the smaller class is at its bound and the margin is undefined "
                     "(r = ∞); lower nu.")
@@ -397,6 +403,7 @@ class SVR(RegressorMixin, _BaseRegressionLike):
     def _problem(self, z, w):
         return problems.epsilon_svr(z, float(self.C) * w, float(self.epsilon))
 
+    @restores_on_error
     def fit(self, X, y, sample_weight=None):
         self._validate_params()
         X_checked = self._validate_X(X)
@@ -450,6 +457,7 @@ class OneClassSVM(_BaseRegressionLike):
     def _problem(self, w):
         return problems.one_class(float(self.nu), w)
 
+    @restores_on_error
     def fit(self, X, y=None, sample_weight=None):
         self._validate_params()
         X_checked = self._validate_X(X)

@@ -1,0 +1,556 @@
+"""SVC, NuSVC, SVR, NuSVR and OneClassSVM on a Dask cluster.
+
+Each class is the reference estimator of ``kernelref.svm`` with one thing
+changed: how its binary machines' QPs are solved (``_solve_all``). The
+reference builds the QPs (one per pair of classes, or one) and assembles the
+fitted state, so the arguments, the fitted attributes, ``predict``,
+``decision_function``, multiclass handling and ``kkt_report`` are the
+reference's own. Here:
+
+- a QP on at most ``partition_size`` samples is solved whole by the reference
+  SMO in one task on a worker, all such QPs at once (the small pairs of a
+  one-vs-one machine);
+- a larger one starts from the divide-and-conquer warm start
+  (``warm_start``) and is refined by block decomposition
+  (``decomposition``) on the cluster, through the shared runtime: data in the
+  fit store, checkpoints, progress, resume.
+"""
+
+import hashlib
+import time
+
+import numpy as np
+
+from backends.dask.cluster import get_client
+from backends.dask.gram_store import kernel_spec
+from backends.dask.runtime import FitStore, run_loop
+from backends.dask.svm.decomposition import BlockDecomposition
+from backends.dask.svm.tasks import solve_part
+from backends.dask.svm.warm_start import partition, sub_problem, warm_start
+from kernelref._validation import check_integer
+from kernelref.svm import estimators as reference
+from kernelref.svm.solver import Solution
+
+__all__ = ["SVC", "SVR", "NuSVC", "NuSVR", "OneClassSVM"]
+
+#: Backend arguments that change how a fit runs, not what it computes: a
+#: store may be resumed with other values of these.
+OPERATIONAL = ("store", "address", "progress", "resume", "max_iter", "cache_size")
+
+#: Kernels of ‖x − x′‖ only: their blocks are computed on centred data.
+STATIONARY = ("RBF", "Laplacian", "ARD")
+
+
+def _materialise(X):
+    """A numpy copy of numpy, Zarr or dask input (X of N × D fits the client)."""
+    module = type(X).__module__
+    if module.startswith("dask.array"):
+        return np.asarray(X.compute())
+    if module.startswith("zarr"):
+        return np.asarray(X[...])
+    return X
+
+
+def _qp_digest(qp):
+    digest = hashlib.sha256()
+    for a in (qp.p, qp.y, qp.C, qp.alpha0, qp.src):
+        digest.update(np.ascontiguousarray(a, dtype=np.float64).tobytes())
+    return digest.hexdigest()
+
+
+class _DaskSVM:
+    """The backend's half of the five machines (a mixin before the reference)."""
+
+    def _validate_backend(self):
+        if isinstance(self.kernel, str) and self.kernel == "precomputed":
+            raise ValueError(
+                f"backends.dask.{type(self).__name__} does not take kernel='precomputed': "
+                "a precomputed Gram matrix is already in memory, so fit it with "
+                f"kernelref.svm.{type(self).__name__}."
+            )
+        check_integer(self.chunk_size, "chunk_size", meaning="It is rows per task.")
+        check_integer(
+            self.working_set_size,
+            "working_set_size",
+            low=2,
+            meaning="It is q, the variables of each outer iteration's subproblem.",
+        )
+        check_integer(
+            self.partition_size,
+            "partition_size",
+            low=2,
+            meaning="QPs on more samples are split into parts of this size.",
+        )
+        if (
+            self.store is not None
+            and not isinstance(self.store, (str, bytes))
+            and not (hasattr(self.store, "__fspath__"))
+        ):
+            raise TypeError(
+                f"store must be a directory path or None; got {self.store!r}."
+            )
+        if not isinstance(self.resume, (bool, np.bool_)):
+            raise TypeError(f"resume must be True or False; got {self.resume!r}.")
+        if not (
+            self.progress is None
+            or isinstance(self.progress, bool)
+            or callable(self.progress)
+        ):
+            raise TypeError(
+                "progress must be None (a bar on a terminal), False or a callable "
+                f"receiving a Record; got {self.progress!r}."
+            )
+        if self.address is not None and not isinstance(self.address, str):
+            raise TypeError(
+                f"address must be a scheduler address or None; got {self.address!r}."
+            )
+
+    def fit(self, X, y=None, sample_weight=None):
+        """Fit as the reference does, each QP solved on the cluster."""
+        self._validate_backend()
+        self._X_input = X
+        try:
+            return super().fit(_materialise(X), y, sample_weight=sample_weight)
+        finally:
+            del self._X_input
+
+    # -- the backend's solve ----------------------------------------------------
+    def _solve_all(self, qps, rows):
+        X = rows.X
+        client = get_client(self.address)
+        store = FitStore.prepare(
+            self.store,
+            self._X_input,
+            identity=self._identity(qps),
+            chunk_size=self.chunk_size,
+            client=client,
+        )
+        self.store_ = None if store.is_temporary else str(store.path)
+        self.fit_info_ = [{} for _ in qps]
+        solutions = [None] * len(qps)
+        small = [
+            p
+            for p, qp in enumerate(qps)
+            if len(np.unique(qp.src)) <= self.partition_size
+        ]
+        try:
+            for p, solution in zip(small, self._solve_small(qps, small, store, client)):
+                solutions[p] = solution
+            for p, qp in enumerate(qps):
+                if solutions[p] is None:
+                    solutions[p] = self._solve_large(p, len(qps), qp, X, store, client)
+        finally:
+            store.remove_if_temporary()
+        return solutions
+
+    def _identity(self, qps):
+        params = {
+            k: v for k, v in self.get_params(deep=False).items() if k not in OPERATIONAL
+        }
+        # A kernel object is recorded by its spec, below.
+        params["kernel"] = params["kernel"] if isinstance(params["kernel"], str) else ""
+        return {
+            "estimator": type(self).__name__,
+            "params": {k: repr(v) for k, v in sorted(params.items())},
+            "kernel": kernel_spec(self.kernel_),
+            "problems": [_qp_digest(qp) for qp in qps],
+        }
+
+    def _solve_small(self, qps, which, store, client):
+        """Solve each QP of `which` whole, in one task each, all at once."""
+        results, futures = {}, {}
+        for p in which:
+            loaded = store.load_state(f"machine-{p}") if self.resume else None
+            if loaded is not None:
+                results[p] = loaded[0]
+                continue
+            samples = np.unique(qps[p].src)
+            part, _ = sub_problem(qps[p], samples)
+            futures[p] = client.submit(
+                solve_part,
+                store.x_ref,
+                self.kernel_,
+                samples,
+                part,
+                self.tol,
+                pure=False,
+            )
+        try:
+            for p, future in futures.items():
+                s = future.result()
+                results[p] = {
+                    "alpha": s.alpha,
+                    "rho": s.rho,
+                    "r": s.r,
+                    "objective": s.objective,
+                    "n_iter": s.n_iter,
+                }
+                store.save_state(results[p], 0, f"machine-{p}")
+        finally:
+            client.cancel(list(futures.values()))
+        out = []
+        for p in which:
+            s = results[p]
+            self.fit_info_[p] = {
+                "solver": "reference SMO on a worker",
+                "iterations": int(s["n_iter"]),
+            }
+            out.append(
+                Solution(
+                    s["alpha"],
+                    float(s["rho"]),
+                    float(s["r"]),
+                    float(s["objective"]),
+                    int(s["n_iter"]),
+                    0.0,
+                    True,
+                )
+            )
+        return out
+
+    def _solve_large(self, p, n_machines, qp, X, store, client):
+        """Warm start, then block decomposition through the runtime."""
+        stationary = type(self.kernel_).__name__ in STATIONARY
+        shift = X.mean(axis=0) if stationary else np.zeros(X.shape[1])
+        timings, info = {}, self.fit_info_[p]
+
+        def initial_alpha():
+            tick = time.perf_counter()
+            samples = np.unique(qp.src)
+            parts = [
+                samples[i]
+                for i in partition(X[samples], self.partition_size, self.random_state)
+            ]
+            alpha, found, iterations = warm_start(
+                qp, store.x_ref, self.kernel_, client, parts, self.tol
+            )
+            timings["partition solves"] = time.perf_counter() - tick
+            info.update(
+                partition_sizes=[len(s) for s in parts],
+                partition_support=found,
+                partition_iterations=iterations,
+            )
+            return alpha
+
+        loop = BlockDecomposition(
+            qp,
+            X,
+            shift,
+            self.kernel_,
+            store,
+            client,
+            q=self.working_set_size,
+            tol=self.tol,
+            timings=timings,
+            start=initial_alpha,
+        )
+        tick = time.perf_counter()
+        name = type(self).__name__
+        label = f"{name} {p + 1}/{n_machines}" if n_machines > 1 else name
+        state, n_iter = run_loop(
+            loop,
+            store,
+            progress=self.progress,
+            resume=self.resume,
+            max_iter=None if self.max_iter < 0 else self.max_iter,
+            description=label,
+            name=f"machine-{p}",
+        )
+        timings["total"] = time.perf_counter() - tick
+        info.update(
+            solver="block decomposition", outer_iterations=n_iter, timings=timings
+        )
+        return loop.solution(state, n_iter)
+
+
+def _backend_init(
+    self,
+    store,
+    chunk_size,
+    working_set_size,
+    partition_size,
+    address,
+    progress,
+    resume,
+    random_state,
+):
+    self.store, self.chunk_size = store, chunk_size
+    self.working_set_size, self.partition_size = working_set_size, partition_size
+    self.address, self.progress, self.resume = address, progress, resume
+    self.random_state = random_state
+
+
+_BACKEND_DOC = """
+    Backend arguments
+    -----------------
+    store : path or None
+        The fit store (data, checkpoints); None: a temporary directory.
+    chunk_size : int
+        Rows of X per task.
+    working_set_size : int
+        q, the variables of each outer iteration's subproblem.
+    partition_size : int
+        QPs on at most this many samples are solved whole on a worker; larger
+        ones are split into parts of about this size for the warm start.
+    address : str or None
+        Scheduler address; None: the active client or an embedded cluster.
+    progress : None, False or callable
+        A bar on a terminal (None), nothing (False), or a callback receiving a
+        ``Record(iteration, measure=gap, model_size=SVs, elapsed)``.
+    resume : bool
+        Continue from the store's checkpoints (True) or start afresh.
+    random_state : int
+        Seed of the partitions' k-means.
+
+    ``max_iter`` caps the outer iterations of the block decomposition.
+    ``fit_info_`` reports, per binary machine, the solver used, the outer
+    iterations, the partitions' sizes and the support vectors each found, and
+    the time of each phase.
+"""
+
+
+class SVC(_DaskSVM, reference.SVC):
+    __doc__ = reference.SVC.__doc__ + _BACKEND_DOC
+
+    def __init__(
+        self,
+        C=1.0,
+        kernel="rbf",
+        degree=3,
+        gamma="scale",
+        coef0=0.0,
+        shrinking=True,
+        tol=1e-3,
+        cache_size=200,
+        class_weight=None,
+        max_iter=-1,
+        decision_function_shape="ovr",
+        store=None,
+        chunk_size=4096,
+        working_set_size=1024,
+        partition_size=4000,
+        address=None,
+        progress=None,
+        resume=True,
+        random_state=0,
+    ):
+        super().__init__(
+            C=C,
+            kernel=kernel,
+            degree=degree,
+            gamma=gamma,
+            coef0=coef0,
+            shrinking=shrinking,
+            tol=tol,
+            cache_size=cache_size,
+            class_weight=class_weight,
+            max_iter=max_iter,
+            decision_function_shape=decision_function_shape,
+        )
+        _backend_init(
+            self,
+            store,
+            chunk_size,
+            working_set_size,
+            partition_size,
+            address,
+            progress,
+            resume,
+            random_state,
+        )
+
+
+class NuSVC(_DaskSVM, reference.NuSVC):
+    __doc__ = reference.NuSVC.__doc__ + _BACKEND_DOC
+
+    def __init__(
+        self,
+        nu=0.5,
+        kernel="rbf",
+        degree=3,
+        gamma="scale",
+        coef0=0.0,
+        shrinking=True,
+        tol=1e-3,
+        cache_size=200,
+        class_weight=None,
+        max_iter=-1,
+        decision_function_shape="ovr",
+        store=None,
+        chunk_size=4096,
+        working_set_size=1024,
+        partition_size=4000,
+        address=None,
+        progress=None,
+        resume=True,
+        random_state=0,
+    ):
+        super().__init__(
+            nu=nu,
+            kernel=kernel,
+            degree=degree,
+            gamma=gamma,
+            coef0=coef0,
+            shrinking=shrinking,
+            tol=tol,
+            cache_size=cache_size,
+            class_weight=class_weight,
+            max_iter=max_iter,
+            decision_function_shape=decision_function_shape,
+        )
+        _backend_init(
+            self,
+            store,
+            chunk_size,
+            working_set_size,
+            partition_size,
+            address,
+            progress,
+            resume,
+            random_state,
+        )
+
+
+class SVR(_DaskSVM, reference.SVR):
+    __doc__ = reference.SVR.__doc__ + _BACKEND_DOC
+
+    def __init__(
+        self,
+        kernel="rbf",
+        degree=3,
+        gamma="scale",
+        coef0=0.0,
+        tol=1e-3,
+        C=1.0,
+        epsilon=0.1,
+        shrinking=True,
+        cache_size=200,
+        max_iter=-1,
+        store=None,
+        chunk_size=4096,
+        working_set_size=1024,
+        partition_size=4000,
+        address=None,
+        progress=None,
+        resume=True,
+        random_state=0,
+    ):
+        super().__init__(
+            kernel=kernel,
+            degree=degree,
+            gamma=gamma,
+            coef0=coef0,
+            tol=tol,
+            C=C,
+            epsilon=epsilon,
+            shrinking=shrinking,
+            cache_size=cache_size,
+            max_iter=max_iter,
+        )
+        _backend_init(
+            self,
+            store,
+            chunk_size,
+            working_set_size,
+            partition_size,
+            address,
+            progress,
+            resume,
+            random_state,
+        )
+
+
+class NuSVR(_DaskSVM, reference.NuSVR):
+    __doc__ = reference.NuSVR.__doc__ + _BACKEND_DOC
+
+    def __init__(
+        self,
+        nu=0.5,
+        C=1.0,
+        kernel="rbf",
+        degree=3,
+        gamma="scale",
+        coef0=0.0,
+        shrinking=True,
+        tol=1e-3,
+        cache_size=200,
+        max_iter=-1,
+        store=None,
+        chunk_size=4096,
+        working_set_size=1024,
+        partition_size=4000,
+        address=None,
+        progress=None,
+        resume=True,
+        random_state=0,
+    ):
+        super().__init__(
+            nu=nu,
+            C=C,
+            kernel=kernel,
+            degree=degree,
+            gamma=gamma,
+            coef0=coef0,
+            shrinking=shrinking,
+            tol=tol,
+            cache_size=cache_size,
+            max_iter=max_iter,
+        )
+        _backend_init(
+            self,
+            store,
+            chunk_size,
+            working_set_size,
+            partition_size,
+            address,
+            progress,
+            resume,
+            random_state,
+        )
+
+
+class OneClassSVM(_DaskSVM, reference.OneClassSVM):
+    __doc__ = reference.OneClassSVM.__doc__ + _BACKEND_DOC
+
+    def __init__(
+        self,
+        kernel="rbf",
+        degree=3,
+        gamma="scale",
+        coef0=0.0,
+        tol=1e-3,
+        nu=0.5,
+        shrinking=True,
+        cache_size=200,
+        max_iter=-1,
+        store=None,
+        chunk_size=4096,
+        working_set_size=1024,
+        partition_size=4000,
+        address=None,
+        progress=None,
+        resume=True,
+        random_state=0,
+    ):
+        super().__init__(
+            kernel=kernel,
+            degree=degree,
+            gamma=gamma,
+            coef0=coef0,
+            tol=tol,
+            nu=nu,
+            shrinking=shrinking,
+            cache_size=cache_size,
+            max_iter=max_iter,
+        )
+        _backend_init(
+            self,
+            store,
+            chunk_size,
+            working_set_size,
+            partition_size,
+            address,
+            progress,
+            resume,
+            random_state,
+        )

@@ -1,0 +1,96 @@
+"""The KKT certificate of a fitted SVM at any size, its products on the cluster.
+
+``kernelref.svm.kkt_report`` needs the Gram matrix only as K @ coef, and the
+model's decision values on the training points. Here both are computed chunk
+by chunk on the workers from the data in a fit store, so no N × N array (nor
+an N × n_SV one) exists anywhere: the client holds O(N · machines).
+"""
+
+import numpy as np
+
+from backends.dask.cluster import get_client
+from backends.dask.runtime import FitStore, map_chunks
+from backends.dask.svm.estimators import STATIONARY, _materialise
+from backends.dask.svm.tasks import product_chunk
+from kernelref.svm import kkt as reference_kkt
+from kernelref.svm.multiclass import pairs
+
+__all__ = ["kkt_report", "pair_coefficients"]
+
+
+def pair_coefficients(estimator):
+    """(D, b): every binary machine's decision values are k(x, SVs) @ D + b, in
+    libsvm's sign (> 0 favours class i of pair (i, j)); D is (n_SV, machines)."""
+    dual = estimator.dual_coef_
+    if not hasattr(estimator, "classes_"):
+        return dual.T.copy(), estimator.intercept_.copy()
+    if len(estimator.classes_) == 2:
+        return -dual.T, -estimator.intercept_
+    starts = np.concatenate([[0], np.cumsum(estimator.n_support_)])
+    n_classes = len(estimator.classes_)
+    D = np.zeros((dual.shape[1], n_classes * (n_classes - 1) // 2))
+    for p, (i, j) in enumerate(pairs(n_classes)):
+        si, sj = slice(starts[i], starts[i + 1]), slice(starts[j], starts[j + 1])
+        D[si, p] = dual[j - 1, si]
+        D[sj, p] = dual[i, sj]
+    return D, estimator.intercept_.copy()
+
+
+def kkt_report(
+    estimator,
+    X,
+    y=None,
+    sample_weight=None,
+    *,
+    address=None,
+    chunk_size=4096,
+    store=None,
+):
+    """``kernelref.svm.kkt_report`` of a fitted SVM (reference or backend) with
+    K @ coef and the decision values computed on the cluster.
+
+    X (numpy, Zarr or dask) is written once into a fit store (`store`, or a
+    temporary directory) in chunks of `chunk_size` rows.
+    """
+    kernel = estimator.kernel_
+    if isinstance(kernel, str):
+        raise TypeError(
+            "kkt_report on the cluster needs a kernel, not kernel='precomputed'; use "
+            "kernelref.svm.kkt_report, which takes the Gram matrix as X."
+        )
+    client = get_client(address)
+    X_client = _materialise(X)
+    data = FitStore.prepare(
+        store,
+        X,
+        identity={"purpose": "kkt_report"},
+        chunk_size=chunk_size,
+        client=client,
+    )
+    shift = (
+        X_client.mean(axis=0)
+        if type(kernel).__name__ in STATIONARY
+        else np.zeros(X_client.shape[1])
+    )
+
+    def product(coef):
+        used = np.flatnonzero(np.any(coef != 0, axis=1))
+        Y = X_client[used] - shift
+        return np.concatenate(
+            map_chunks(client, product_chunk, data.x_ref, kernel, shift, Y, coef[used])
+        )
+
+    try:
+        D, b = pair_coefficients(estimator)
+        S = estimator.support_vectors_ - shift
+        decision = (
+            np.concatenate(
+                map_chunks(client, product_chunk, data.x_ref, kernel, shift, S, D)
+            )
+            + b
+        )
+        return reference_kkt.kkt_report(
+            estimator, X_client, y, sample_weight, product=product, decision=decision
+        )
+    finally:
+        data.remove_if_temporary()

@@ -1,0 +1,53 @@
+"""What the workers compute for the SVM backend: kernel blocks times coefficients.
+
+Every task reads its rows of X from the fit store (``read_chunk``) and returns
+only its slice of the result, never a kernel block. Kernel blocks are formed
+``COLUMN_BLOCK`` columns at a time in one reused buffer per worker thread
+(``backends.dask.blocks.kernel_block``).
+"""
+
+import numpy as np
+
+from backends.dask.blocks import kernel_block, reusable_buffer
+from backends.dask.runtime import read_chunk
+from kernelref.svm import problems
+from kernelref.svm.solver import solve
+
+#: Columns of the kernel block formed at once: chunk × 1024 entries per product.
+COLUMN_BLOCK = 1024
+
+
+def product_rows(X, kernel, Y, coef):
+    """k(X, Y) @ coef, forming the kernel ``COLUMN_BLOCK`` columns at a time.
+
+    `coef` is (m,) or (m, P); X and Y are centred by the same shift.
+    """
+    out = np.zeros((len(X),) + coef.shape[1:])
+    width = min(COLUMN_BLOCK, max(1, len(Y)))
+    buffer = reusable_buffer(len(X) * width)
+    for start in range(0, len(Y), width):
+        cols = slice(start, start + width)
+        out += kernel_block(kernel, X, Y[cols], buffer) @ coef[cols]
+    return out
+
+
+def product_chunk(ref, i, kernel, shift, Y, coef):
+    """Worker task: rows of chunk i of k(X, Y) @ coef (label ``svm-gradient``)."""
+    return product_rows(read_chunk(ref, i) - shift, kernel, Y, coef)
+
+
+def gather_rows(ref, indices):
+    """Rows `indices` (sorted) of the stored X, read chunk by chunk."""
+    chunk = indices // ref.chunk_size
+    parts = []
+    for c in np.unique(chunk):
+        rows = read_chunk(ref, int(c))
+        parts.append(rows[indices[chunk == c] - c * ref.chunk_size])
+    return np.concatenate(parts) if parts else np.empty((0, 0))
+
+
+def solve_part(ref, kernel, samples, qp, tol):
+    """Worker task: solve `qp`, whose ``src`` indexes the stored rows `samples`,
+    by the reference SMO; returns its ``Solution``."""
+    rows = problems.KernelRows(kernel, gather_rows(ref, samples))
+    return solve(qp, rows, tol=tol, shrinking=True)
