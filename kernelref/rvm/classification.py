@@ -33,7 +33,7 @@ from kernelref._validation import (
     check_samples, check_training_samples, record_n_features)
 from kernelref.base import BaseEstimator, ClassifierMixin
 from kernelref.exceptions import ConvergenceWarning
-from kernelref.gp_classify import probit_probability
+from kernelref.gp_classify import probit_log_probability, probit_probability
 from kernelref.kernels import make_kernel
 from kernelref.laplace import damped_newton, likelihood_curvature, log_likelihood
 from kernelref.rvm.design import check_evidence_settings, column_scales, design_matrix, posterior
@@ -416,6 +416,18 @@ class RVC(ClassifierMixin, BaseEstimator):
             return P / P.sum(axis=1, keepdims=True)
         return moderated_softmax(*latent_moments(self._basis(X), self.mu_, self.Sigma_,
                                                  self.kept_weights_))
+
+    def predict_log_proba(self, X):
+        """log of ``predict_proba``. Binary: log σ(±κμ_a) directly
+        (``probit_log_probability``), finite where a probability rounds to 0 or 1;
+        otherwise the log of the probabilities, clipped at the smallest positive float."""
+        if not self._multiclass():
+            phi = self._basis(X)
+            variance = np.einsum("nm,mk,nk->n", phi, self.Sigma_, phi)
+            mean = phi @ self.mu_
+            return np.column_stack([probit_log_probability(-mean, variance),
+                                    probit_log_probability(mean, variance)])
+        return np.log(np.maximum(self.predict_proba(X), np.finfo(float).tiny))
 
     def predict(self, X):
         """The most probable class; for two, the sign of the mean activation."""
