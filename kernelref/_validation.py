@@ -333,3 +333,16 @@ def check_binary_labels(t, name="t"):
             "Map the positive class to 1 and the other to 0, e.g. t = (y == positive)."
         )
     return t
+
+
+def evaluate_kernel(kernel, X, Y=None):
+    """``kernel(X, Y)``, checked by ``check_gram``: shape (len X, len Y) and finite.
+
+    The estimators compute their Gram matrices through this, so that a user
+    kernel of the wrong shape, or values that overflow, are refused where they
+    arise instead of failing far away or returning NaN.
+    """
+    n = X.shape[0] if hasattr(X, "shape") else len(X)
+    m = n if Y is None else (Y.shape[0] if hasattr(Y, "shape") else len(Y))
+    name = "K(X, X)" if Y is None else "K(X, Y)"
+    return check_gram(kernel(X, Y), kernel, (n, m), name)

@@ -7,6 +7,7 @@ attributes whose names end in ``_`` and returns ``self``. ``get_params`` and
 ``kernel__gamma``.
 """
 
+import functools
 import inspect
 
 import numpy as np
@@ -72,6 +73,24 @@ def _same(value, default):
         return bool(value == default) and type(value) is type(default)
     except (TypeError, ValueError):
         return False
+
+
+def restores_on_error(fit):
+    """Decorate a ``fit``: if it raises, the estimator's attributes are put back
+    as they were, so a refused or failed refit leaves an earlier fit intact
+    (scikit-learn's expectation) rather than half of a new one."""
+
+    @functools.wraps(fit)
+    def guarded(self, *args, **kwargs):
+        before = dict(vars(self))
+        try:
+            return fit(self, *args, **kwargs)
+        except BaseException:
+            vars(self).clear()
+            vars(self).update(before)
+            raise
+
+    return guarded
 
 
 class BaseEstimator(ParamsMixin):

@@ -27,6 +27,7 @@ from scipy.linalg.lapack import dpotri
 from scipy.optimize import minimize
 
 from kernelref._validation import (
+    evaluate_kernel,
     check_integer, check_is_fitted, check_n_features, check_positive, check_samples,
     check_targets, record_n_features)
 from kernelref.base import BaseEstimator, RegressorMixin
@@ -203,9 +204,14 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
                     f"be finite; got log-bounds {bounds.tolist()}.")
         return kernel, noise
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True        # y may be (n_samples, n_targets)
+        return tags
+
     # -- the evidence -------------------------------------------------------------
     def _evidence(self, kernel, X, t, noise, eval_gradient):
-        K = kernel(X)
+        K = evaluate_kernel(kernel, X)
         # factorise overwrites its argument; the gradient needs K again, and a
         # copy (one more n × n array) is cheaper than evaluating the kernel twice.
         L = factorise(K.copy() if eval_gradient else K, noise)
@@ -294,7 +300,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         t = (t - y_mean) / y_std
         if self.optimizer is not None and kernel.theta.size:
             kernel = kernel.clone_with_theta(self._maximise_evidence(kernel, X, t, noise))
-        L = factorise(kernel(X), noise)
+        L = factorise(evaluate_kernel(kernel, X), noise)
         alpha = posterior_weights(L, t, noise)
         # fitted attributes only once everything has been computed
         self.kernel_, self._noise, self.L_, self.alpha_ = kernel, noise, L, alpha
@@ -324,7 +330,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             return (mean, np.sqrt(kernel.diag(X))) if return_std else mean
         if X.ndim == 2:
             check_n_features(X, self.n_features_in_)
-        K_star = self.kernel_(X, self.X_train_)
+        K_star = evaluate_kernel(self.kernel_, X, self.X_train_)
         mean = self._y_mean + self._y_std * (K_star @ self.alpha_)
         if not (return_std or return_cov):
             return mean

@@ -21,9 +21,10 @@ from scipy.linalg import LinAlgError, cho_solve, cholesky, solve_triangular
 from scipy.optimize import minimize
 
 from kernelref._validation import (
+    evaluate_kernel,
     check_binary_labels, check_classification_targets, check_integer, check_is_fitted,
     check_n_features, check_samples, record_n_features)
-from kernelref.base import BaseEstimator, ClassifierMixin
+from kernelref.base import BaseEstimator, ClassifierMixin, restores_on_error
 from kernelref.kernels import RBF, Kernel, accepts_sparse
 from kernelref.laplace import (
     TOL, damped_newton, likelihood_curvature, log_likelihood, log_likelihood_gradient,
@@ -292,7 +293,7 @@ class GaussianProcessClassifier(ClassifierMixin, BaseEstimator):
 
     # -- the binary core --------------------------------------------------------------
     def _gram(self, kernel, X):
-        K = kernel(X)
+        K = evaluate_kernel(kernel, X)
         K.flat[:: len(K) + 1] += self.jitter
         return K
 
@@ -347,13 +348,16 @@ class GaussianProcessClassifier(ClassifierMixin, BaseEstimator):
         check_is_fitted(self, "log_marginal_likelihood_value_")
         return len(self.classes_) > 2
 
+    @restores_on_error
     def fit(self, X, y):
         """Find the mode (and, with an optimizer, the hyperparameters) for `X`, `y`."""
         kernel = self._validate_params()
         X = check_samples(X, kernel, "X", accept_sparse=accepts_sparse(kernel))
+        classes, y_index = check_classification_targets(y, X.shape[0], "y")
+        # only once the input is accepted: a refused refit leaves the earlier fit intact
         self._forget_fit()
-        self.classes_, y_index = check_classification_targets(y, X.shape[0], "y")
-        self.X_fit_ = X
+        self.classes_ = classes
+        self.X_fit_ = X = X.copy()      # the model owns its data
         record_n_features(self, X)
         self.jitter_ = float(self.jitter)
         if len(self.classes_) == 2:
@@ -404,7 +408,7 @@ class GaussianProcessClassifier(ClassifierMixin, BaseEstimator):
 
     def _binary_latent(self, X):
         k_star_star = self.kernel_.diag(X) + self.jitter_
-        return latent_predictive(self.kernel_(X, self.X_fit_), k_star_star, self._t, self._mode)
+        return latent_predictive(evaluate_kernel(self.kernel_, X, self.X_fit_), k_star_star, self._t, self._mode)
 
     def decision_function(self, X):
         """The latent predictive mean E[f* | t] (Algorithm 3.2, line 4); one

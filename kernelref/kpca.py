@@ -29,6 +29,7 @@ from scipy.linalg import eigh
 from scipy.sparse.linalg import eigsh
 
 from kernelref._validation import (
+    evaluate_kernel,
     check_is_fitted, check_n_features, check_samples, check_training_samples,
     record_n_features)
 from kernelref.base import BaseEstimator
@@ -163,6 +164,14 @@ class KernelPCA(BaseEstimator):
         kernel = make_kernel(self.kernel, X, self.gamma, self.degree, self.coef0)
         return X, kernel, n_components, solver
 
+    def __sklearn_tags__(self):
+        from sklearn.utils import TransformerTags
+
+        tags = super().__sklearn_tags__()
+        tags.transformer_tags = TransformerTags(preserves_dtype=["float64"])
+        tags.input_tags.pairwise = isinstance(self.kernel, str) and self.kernel == "precomputed"
+        return tags
+
     def _top_eigenpairs(self, K_tilde, k, solver):
         """The k largest eigenpairs of K̃ (label ``kpca-eigen``), decreasing."""
         n = len(K_tilde)
@@ -179,7 +188,7 @@ class KernelPCA(BaseEstimator):
     def fit(self, X, y=None):
         """Centre K, solve K̃a = λNa and normalise λN aᵀa = 1."""
         X, kernel, n_components, solver = self._validate(X)
-        K = X if isinstance(kernel, str) else kernel(X)
+        K = X if isinstance(kernel, str) else evaluate_kernel(kernel, X)
         K_tilde, column_means = centre_gram(K)
         lam, U = self._top_eigenpairs(K_tilde, n_components, solver)
         largest = max(lam.max(), 0.0)
@@ -200,7 +209,7 @@ class KernelPCA(BaseEstimator):
         a[:, positive] = U[:, positive] / np.sqrt(lam[positive])
         self.kernel_, self._K_column_means = kernel, column_means
         self.eigenvalues_, self.eigenvectors_, self.dual_coef_ = lam, U, a
-        self.X_fit_ = X
+        self.X_fit_ = X.copy()      # the model owns its data
         record_n_features(self, X)
         for name in ("X_transformed_fit_", "inverse_dual_coef_"):
             self.__dict__.pop(name, None)
@@ -246,5 +255,5 @@ class KernelPCA(BaseEstimator):
         else:
             if X.ndim == 2:
                 check_n_features(X, self.n_features_in_)
-            K_new = self.kernel_(X, self.X_fit_)
+            K_new = evaluate_kernel(self.kernel_, X, self.X_fit_)
         return centre_cross_gram(K_new, self._K_column_means) @ self.dual_coef_

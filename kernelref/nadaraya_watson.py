@@ -10,6 +10,7 @@ import numpy as np
 from scipy.special import softmax
 
 from kernelref._validation import (
+    evaluate_kernel,
     check_array, check_is_fitted, check_n_features, check_targets)
 from kernelref.base import BaseEstimator, RegressorMixin
 from kernelref.kernels import make_kernel
@@ -33,15 +34,20 @@ class NadarayaWatson(RegressorMixin, BaseEstimator):
 
     def fit(self, X, y):
         X = check_array(X, "X")
-        self.y_fit_ = check_targets(y, X.shape[0], "y")
+        self.y_fit_ = check_targets(y, X.shape[0], "y").copy()
         if isinstance(self.kernel, str) and self.kernel not in ("rbf", "laplacian"):
             raise ValueError(
                 f"kernel must be 'rbf', 'laplacian' or a non-negative Kernel object for "
                 f"Nadaraya–Watson (a density component); got {self.kernel!r}.")
         self.kernel_ = make_kernel(self.kernel, X, self.gamma)
-        self.X_fit_ = X
+        self.X_fit_ = X.copy()      # the model owns its data
         self.n_features_in_ = X.shape[1]
         return self
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True        # y may be (n_samples, n_targets)
+        return tags
 
     def weights(self, X):
         """The (n_test, n_train) weights k(x, x_n) = g(x − x_n) / Σ_m g(x − x_m).
@@ -54,7 +60,7 @@ class NadarayaWatson(RegressorMixin, BaseEstimator):
         check_n_features(X, self.n_features_in_)
         if hasattr(self.kernel_, "log_kernel"):
             return softmax(self.kernel_.log_kernel(X, self.X_fit_), axis=1)
-        G = self.kernel_(X, self.X_fit_)
+        G = evaluate_kernel(self.kernel_, X, self.X_fit_)
         if (G < 0).any():
             raise ValueError("the kernel gave negative values; Nadaraya–Watson needs a "
                              "non-negative kernel (a density), such as RBF.")

@@ -15,6 +15,7 @@ import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve, solve
 
 from kernelref._validation import (
+    evaluate_kernel,
     check_is_fitted, check_n_features, check_positive, check_samples, check_targets,
     check_training_samples, record_n_features)
 from kernelref.base import BaseEstimator, RegressorMixin
@@ -122,14 +123,19 @@ class KernelRidge(RegressorMixin, BaseEstimator):
         """a = (K + λI)⁻¹ t, or with ``sample_weight`` the weighted solution
         (label ``ridge-weighted``)."""
         lam, X, t, s, self.kernel_ = self._validate(X, y, sample_weight)
-        K = X if isinstance(self.kernel_, str) else self.kernel_(X)
+        K = X if isinstance(self.kernel_, str) else evaluate_kernel(self.kernel_, X)
         if s is None:
             self.dual_coef_ = dual_coefficients(K, t, lam, overwrite_K=K is not X)
         else:
             self.dual_coef_ = weighted_dual_coefficients(K, t, lam, s, overwrite_K=K is not X)
-        self.X_fit_ = X
+        self.X_fit_ = X.copy()      # the model owns its data: later edits of X do not reach it
         record_n_features(self, X)
         return self
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True        # y may be (n_samples, n_targets)
+        return tags
 
     def _cross_kernel(self, X):
         """k(x)ᵀ for each row of X: the (n_test, n_train) matrix K(X, X_fit)."""
@@ -143,7 +149,7 @@ class KernelRidge(RegressorMixin, BaseEstimator):
             return X
         if X.ndim == 2:
             check_n_features(X, self.n_features_in_)
-        return self.kernel_(X, self.X_fit_)
+        return evaluate_kernel(self.kernel_, X, self.X_fit_)
 
     def predict(self, X):
         """y(x) = k(x)ᵀ a (label ``ridge-predict``)."""

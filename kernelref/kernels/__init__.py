@@ -36,14 +36,22 @@ def resolve_gamma(gamma, X):
     if isinstance(gamma, str):
         if gamma == "scale":
             # for sparse X, E[x²] − E[x]² from the stored entries, as scikit-learn
-            variance = (float(X.multiply(X).mean() - X.mean() ** 2) if sp.issparse(X)
-                        else float(X.var()))
-            return 1.0 / (n_features * variance) if variance > 0 else 1.0
+            with np.errstate(over="ignore", invalid="ignore"):
+                variance = (float(X.multiply(X).mean() - X.mean() ** 2) if sp.issparse(X)
+                            else float(X.var()))
+                gamma = 1.0 / (n_features * variance) if variance > 0 else 1.0
+            if not (np.isfinite(variance) and 0 < gamma < np.inf):
+                raise ValueError(
+                    f"gamma='scale' is 1/(n_features·Var X), but Var X = {variance:.3g} "
+                    "overflows or underflows on this X (entries as large as "
+                    f"{float(abs(X).max()):.3g}); scale X (e.g. standardise its columns) or "
+                    "give gamma as a number.")
+            return gamma
         if gamma == "auto":
             return 1.0 / n_features
         raise ValueError(f"gamma must be a positive number, None, 'scale' or 'auto'; got {gamma!r}.")
     if not np.isfinite(gamma) or gamma <= 0:
-        raise ValueError(f"gamma must be a finite number > 0; got {gamma!r}.")
+        raise ValueError(f"gamma must be a finite number > 0; got {float(gamma)!r}.")
     return float(gamma)
 
 

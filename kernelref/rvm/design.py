@@ -18,7 +18,7 @@ from collections import namedtuple
 import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve, solve_triangular
 
-from kernelref._validation import check_integer, check_positive
+from kernelref._validation import check_integer, check_positive, evaluate_kernel
 
 __all__ = ["NOISE_FRACTION_INIT", "Posterior", "check_evidence_settings", "column_scales",
            "design_matrix", "initial_beta", "log_evidence", "posterior"]
@@ -56,7 +56,7 @@ def design_matrix(kernel, X, X_basis, bias):
     (Tipping 2001, §2). ``kernel="precomputed"`` means `X` already is
     K(X, X_basis).
     """
-    K = X if isinstance(kernel, str) else kernel(X, X_basis)
+    K = X if isinstance(kernel, str) else evaluate_kernel(kernel, X, X_basis)
     if not bias:
         return np.array(K, dtype=np.float64)
     return np.hstack([np.ones((K.shape[0], 1)), K])

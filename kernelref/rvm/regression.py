@@ -13,6 +13,7 @@ import warnings
 import numpy as np
 
 from kernelref._validation import (
+    evaluate_kernel,
     check_is_fitted, check_n_features, check_samples,
     check_targets, check_training_samples, record_n_features)
 from kernelref.base import BaseEstimator, RegressorMixin
@@ -186,7 +187,7 @@ class RVR(RegressorMixin, BaseEstimator):
         else:
             if X.ndim == 2:
                 check_n_features(X, self.n_features_in_)
-            K = self.kernel_(X, self.relevance_vectors_)
+            K = evaluate_kernel(self.kernel_, X, self.relevance_vectors_)
         if self.bias_used_:
             return np.hstack([np.ones((len(X), 1)), K])
         return K

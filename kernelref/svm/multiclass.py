@@ -12,8 +12,11 @@ lowest class index (label ``ovo-vote``).
 
 import numpy as np
 
-from kernelref._validation import check_classification_targets, check_is_fitted, check_samples
-from kernelref.base import BaseEstimator, ClassifierMixin
+from kernelref._validation import (
+    check_classification_targets, check_is_fitted, check_n_features, check_samples,
+    record_n_features)
+from kernelref.base import BaseEstimator, ClassifierMixin, restores_on_error
+from kernelref.kernels import accepts_sparse
 
 __all__ = ["OneVsRestClassifier", "assemble_one_vs_one", "ovo_decision", "ovo_vote",
            "ovr_from_ovo", "pairs"]
@@ -91,22 +94,37 @@ class OneVsRestClassifier(ClassifierMixin, BaseEstimator):
     def __init__(self, estimator):
         self.estimator = estimator
 
+    @restores_on_error
     def fit(self, X, y):
-        X = check_samples(X, getattr(self.estimator, "kernel", None), "X")
+        kernel = getattr(self.estimator, "kernel", None)
+        X = check_samples(X, kernel, "X", accept_sparse=accepts_sparse(kernel))
         self.classes_, y_index = check_classification_targets(y, X.shape[0], "y")
+        record_n_features(self, X)
+        # Two classes need one machine, classes_[1] against classes_[0], as in scikit-learn.
+        positives = [1] if len(self.classes_) == 2 else range(len(self.classes_))
         self.estimators_ = []
-        for c in range(len(self.classes_)):
+        for c in positives:
             model = type(self.estimator)(**self.estimator.get_params(deep=False))
             self.estimators_.append(model.fit(X, np.where(y_index == c, 1, -1)))
         return self
 
-    def decision_function(self, X):
+    def _decisions(self, X):
+        """One column per class: for two classes (−f, f) from the single machine."""
         check_is_fitted(self, "estimators_")
-        return np.column_stack([m.decision_function(X) for m in self.estimators_])
+        if X.ndim == 2 and hasattr(self, "n_features_in_"):
+            check_n_features(X, self.n_features_in_)
+        D = np.column_stack([np.ravel(m.decision_function(X)) for m in self.estimators_])
+        return np.column_stack([-D[:, 0], D[:, 0]]) if len(self.classes_) == 2 else D
+
+    def decision_function(self, X):
+        """Each machine's decision value, shape (n_samples, n_classes); for two
+        classes the one machine's, shape (n_samples,), positive for classes_[1]."""
+        D = self._decisions(X)
+        return D[:, 1] if len(self.classes_) == 2 else D
 
     def predict(self, X):
-        return self.classes_[self.decision_function(X).argmax(axis=1)]
+        return self.classes_[self._decisions(X).argmax(axis=1)]
 
     def ambiguous(self, X):
         """True where not exactly one machine puts x on its positive side."""
-        return np.count_nonzero(self.decision_function(X) > 0, axis=1) != 1
+        return np.count_nonzero(self._decisions(X) > 0, axis=1) != 1

@@ -29,7 +29,7 @@ from scipy.special import expit
 from kernelref._validation import (
     check_classification_targets, check_integer, check_is_fitted, check_n_features,
     check_samples, record_n_features)
-from kernelref.base import BaseEstimator, ClassifierMixin
+from kernelref.base import BaseEstimator, ClassifierMixin, restores_on_error
 
 __all__ = ["PlattCalibrated", "coupling_matrix", "cross_validated_decision",
            "pairwise_coupling", "platt_objective", "platt_targets", "sigmoid_predict",
@@ -186,6 +186,11 @@ class PlattCalibrated(ClassifierMixin, BaseEstimator):
         Number of stratified folds for the out-of-fold decision values.
     random_state : int or None
         Seed of the fold shuffling.
+    decision_function_shape : "ovo" or "ovr"
+        What ``decision_function`` returns: "ovo" the wrapped estimators' own
+        decision values (see there); "ovr" scores that agree with ``predict``,
+        as scikit-learn expects of a classifier: log P(y = c | x) per class,
+        or for two classes the calibrated logit log P(classes_[1]) − log P(classes_[0]).
 
     Attributes
     ----------
@@ -196,10 +201,11 @@ class PlattCalibrated(ClassifierMixin, BaseEstimator):
         (A, B) of each sigmoid, in the order of ``estimators_``.
     """
 
-    def __init__(self, estimator, cv=5, random_state=None):
+    def __init__(self, estimator, cv=5, random_state=None, decision_function_shape="ovo"):
         self.estimator = estimator
         self.cv = cv
         self.random_state = random_state
+        self.decision_function_shape = decision_function_shape
 
     def _validate(self, X, y):
         for method in ("fit", "decision_function"):
@@ -208,6 +214,9 @@ class PlattCalibrated(ClassifierMixin, BaseEstimator):
                     f"estimator must be a classifier with fit and decision_function; "
                     f"{type(self.estimator).__name__} has no {method}.")
         check_integer(self.cv, "cv", low=2, meaning="It is the number of folds.")
+        if self.decision_function_shape not in ("ovo", "ovr"):
+            raise ValueError("decision_function_shape must be 'ovo' or 'ovr'; "
+                             f"got {self.decision_function_shape!r}.")
         if self.random_state is not None and not isinstance(self.random_state, numbers.Integral):
             raise TypeError(f"random_state must be None or an integer seed; got "
                             f"{self.random_state!r}.")
@@ -221,6 +230,7 @@ class PlattCalibrated(ClassifierMixin, BaseEstimator):
                 "Lower cv or collect more samples of that class.")
         return X, classes, y_index
 
+    @restores_on_error
     def fit(self, X, y):
         X, self.classes_, y_index = self._validate(X, y)
         rng = np.random.default_rng(self.random_state)
@@ -240,8 +250,19 @@ class PlattCalibrated(ClassifierMixin, BaseEstimator):
         return [(i, j) for i in range(K) for j in range(i + 1, K)]
 
     def decision_function(self, X):
-        """Decision values: (n,) for two classes, positive for ``classes_[1]``;
-        (n, K(K−1)/2) for more, column (i, j) positive for ``classes_[j]``."""
+        """With ``decision_function_shape="ovo"`` the estimators' decision values:
+        (n,) for two classes, positive for ``classes_[1]``; (n, K(K−1)/2) for more,
+        column (i, j) positive for ``classes_[j]``. With "ovr", scores ranked as
+        ``predict_proba``: the logit of P(classes_[1]) for two classes, else
+        log P(y = c | x), shape (n, K)."""
+        if self.decision_function_shape == "ovr":
+            P = self.predict_proba(X)
+            with np.errstate(divide="ignore"):
+                log_P = np.log(P)
+            return log_P[:, 1] - log_P[:, 0] if len(self.classes_) == 2 else log_P
+        return self._pair_decisions(X)
+
+    def _pair_decisions(self, X):
         check_is_fitted(self, "sigmoids_")
         X = check_samples(X, getattr(self.estimator, "kernel", None), "X")
         if X.ndim == 2:
@@ -251,7 +272,7 @@ class PlattCalibrated(ClassifierMixin, BaseEstimator):
 
     def predict_proba(self, X):
         """P(y = c | x) for each class c in ``classes_``, rows summing to one."""
-        f = self.decision_function(X)
+        f = self._pair_decisions(X)
         f = f.reshape(f.shape[0], -1)
         K = len(self.classes_)
         if K == 2:
@@ -270,7 +291,7 @@ class PlattCalibrated(ClassifierMixin, BaseEstimator):
         positive float."""
         if len(self.classes_) == 2:
             A, B = self.sigmoids_[0]
-            z = A * self.decision_function(X) + B
+            z = A * self._pair_decisions(X) + B
             return -np.logaddexp(0.0, np.column_stack([-z, z]))
         return np.log(np.maximum(self.predict_proba(X), np.finfo(float).tiny))
 
