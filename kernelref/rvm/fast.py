@@ -28,18 +28,18 @@ from collections import namedtuple
 import numpy as np
 
 from kernelref.rvm.coordinates import (
-    FRESH_ERROR_EPS, add_coordinate, add_step, coordinate_posterior, drift_bound,
-    drop_coordinate, fresh_statistics, orthonormal_coordinates, rank_one_SQ,
-    reestimate_step, span_residual)
+    add_coordinate, add_step, coordinate_posterior, drop_coordinate, fresh_statistics,
+    measured_drift, orthonormal_coordinates, rank_one_SQ, reestimate_step, span_residual)
 from kernelref.rvm.design import initial_beta
 from kernelref.rvm.reestimate import gamma_factors
 
 __all__ = [
     "ALIGNMENT_MAX", "BETA_MAX_FACTOR", "BETA_SCHEDULES", "BETA_UPDATE_FREQUENCY",
     "BETA_UPDATE_START", "DRIFT_MAX", "FastModel", "FastResult", "INIT_ALPHA_MAX",
-    "MIN_DELTA_LOG_BETA", "SPAN_RESIDUAL_MIN", "ZERO_FACTOR", "add_basis_function",
+    "MIN_DELTA_LOG_BETA", "REFRESH_INTERVAL", "REFRESH_INTERVAL_MAX", "SPAN_RESIDUAL_MIN", "ZERO_FACTOR", "add_basis_function",
     "check_beta_schedule", "choose_action", "delete_basis_function", "ell",
-    "fast_marginal_likelihood", "fast_on_unit_columns", "fast_regression", "noise_update",
+    "fast_marginal_likelihood", "fast_on_unit_columns", "fast_regression", "initial_model",
+    "noise_update",
     "on_user_scale", "optimal_alpha", "reestimate_basis_function", "refresh",
     "sparsity_quality", "unit_columns"]
 
@@ -67,9 +67,15 @@ INIT_ALPHA_MAX = 1e3
 #: of the model's columns is never added: below it the new direction (I − UUᵀ)φ_i,
 #: computed with an absolute error of a few ε, is mostly rounding.
 SPAN_RESIDUAL_MIN = 1e-10
-#: S_i and Q_i are factorised afresh once the estimated relative error the rank-one
-#: updates have put into them (`kernelref.rvm.coordinates.drift_bound`) exceeds this.
+#: The bound on the drift of the rank-one maintained S_i, Q_i from a fresh
+#: factorisation (`kernelref.rvm.coordinates.measured_drift`, relative).
 DRIFT_MAX = 1e-10
+#: S, Q are factorised afresh after this many rank-one updates at first; each
+#: refactorisation measures the drift and doubles the interval while the drift is
+#: below DRIFT_MAX/100, or quarters it when it exceeds DRIFT_MAX/10.
+REFRESH_INTERVAL = 16
+#: The interval never exceeds this.
+REFRESH_INTERVAL_MAX = 1024
 
 #: How β is learnt alongside α (see `fast_regression`).
 BETA_SCHEDULES = ("both", "update", "hold")
@@ -77,11 +83,12 @@ BETA_SCHEDULES = ("both", "update", "hold")
 #: ``active`` indexes the columns of Φ in the model; ``alpha``, ``mu``, ``Sigma``
 #: belong to them, on the scale of the columns the function was given; ``evidence`` is the log evidence after each iteration;
 #: ``actions`` records ("add" | "reestimate" | "delete" | "none", column) per
-#: iteration; ``n_fresh`` counts the fresh factorisations (rvm-SQ-stable).
+#: iteration; ``n_fresh`` counts the fresh factorisations (rvm-SQ-stable) and
+#: ``drift`` is the largest drift of the rank-one updates measured against them.
 FastResult = namedtuple(
     "FastResult",
     "active alpha beta mu Sigma gamma log_evidence evidence actions n_iter converged "
-    "n_fresh")
+    "n_fresh drift")
 
 
 def sparsity_quality(S, Q, alpha):
@@ -186,8 +193,9 @@ def fast_on_unit_columns(Phi, usable, t, *, max_iter=10000, tol=1e-3, update_bet
     `add_basis_function`, `reestimate_basis_function` or `delete_basis_function`.
     S, Q and H⁻¹ are carried from one iteration to the next by rank-one updates
     (rvm-SQ-rank-one, O(Pm) on an addition or re-estimation) and factorised afresh
-    (rvm-SQ-stable, O(Pm² + m³)) after a deletion, after a β update, and when
-    their estimated drift exceeds `DRIFT_MAX`.
+    (rvm-SQ-stable, O(Pm² + m³)) after a deletion, after a β update, and every
+    `REFRESH_INTERVAL` rank-one updates, an interval adapted to the measured drift
+    (`refresh`) so that it stays below `DRIFT_MAX`.
 
     ``beta`` replaces the starting β (with ``update_beta=False``, the fixed β),
     and ``alpha`` (one per column, ``np.inf`` outside the model) replaces the
@@ -208,10 +216,8 @@ def fast_on_unit_columns(Phi, usable, t, *, max_iter=10000, tol=1e-3, update_bet
     else:
         alpha = np.array(alpha, dtype=float)
         active = np.flatnonzero(np.isfinite(alpha))
-    U, Psi = orthonormal_coordinates(Phi, np.sort(np.asarray(active, dtype=int)))
-    model = FastModel(np.sort(np.asarray(active, dtype=int)), alpha, beta, U, Psi,
-                      *[None] * 9, 0)
-    model = refresh(model, Phi, usable, t, PhiT_t, alignment_max)
+    model = refresh(initial_model(Phi, active, alpha, beta), Phi, usable, t, PhiT_t,
+                    alignment_max)
     evidence, actions = [], []
     converged = False
     for n_iter in range(1, max_iter + 1):
@@ -231,7 +237,6 @@ def fast_on_unit_columns(Phi, usable, t, *, max_iter=10000, tol=1e-3, update_bet
             model = reestimate_basis_function(model, j, new_alpha[j])
         if gain[j] > 0:
             model = model._replace(log_evidence=model.log_evidence + gain[j])
-        fresh = fresh or np.max(model.drift[usable]) > DRIFT_MAX
 
         beta_due = n_iter <= BETA_UPDATE_START or n_iter % BETA_UPDATE_FREQUENCY == 0
         beta_change = 0.0
@@ -239,8 +244,9 @@ def fast_on_unit_columns(Phi, usable, t, *, max_iter=10000, tol=1e-3, update_bet
             new_beta = noise_update(model, N, beta_max)
             beta_change = abs(np.log(new_beta / model.beta))
             model, fresh = model._replace(beta=new_beta), True
-        if fresh:
-            model = refresh(model, Phi, usable, t, PhiT_t, alignment_max)
+        if fresh or model.since_fresh >= model.interval:
+            # After a deletion or a new β the maintained S, Q are stale, not drifted.
+            model = refresh(model, Phi, usable, t, PhiT_t, alignment_max, measure=not fresh)
         evidence.append(model.log_evidence)
         if settled and beta_change < MIN_DELTA_LOG_BETA:
             converged = True
@@ -252,25 +258,41 @@ def fast_on_unit_columns(Phi, usable, t, *, max_iter=10000, tol=1e-3, update_bet
     gamma = gamma_factors(model.alpha[active], np.diag(post.Sigma))
     return FastResult(active, model.alpha[active], model.beta, post.mu, post.Sigma, gamma,
                       post.log_evidence, np.array(evidence), actions, n_iter, converged,
-                      model.n_fresh)
+                      model.n_fresh, model.drift)
 
 
 #: The state the sequential algorithm carries between iterations: the model
 #: (``active`` sorted, ``alpha`` for every column, ∞ outside, ``beta``), the
 #: orthonormal coordinates ``U``, ``Psi`` = UᵀΦ, ``tau`` = Uᵀt and
 #: ``perp`` = ‖(I − UUᵀ)t‖², ``residual`` = ‖(I − UUᵀ)φ_i‖², ``S``, ``Q`` and
-#: ``G`` = H⁻¹ (rvm-SQ-stable) with ``drift``, the estimated relative error of
-#: each S_i; ``align``, each column's largest |cosine| with one in the model;
-#: ``log_evidence``; and ``n_fresh``, the fresh factorisations so far.
+#: ``G`` = H⁻¹ (rvm-SQ-stable); ``align``, each column's largest |cosine| with one
+#: in the model; ``log_evidence``; ``since_fresh``, the rank-one updates since
+#: the last fresh factorisation, ``interval``, how many are allowed, ``drift``, the
+#: largest drift measured so far, and ``n_fresh``, the fresh factorisations so far.
 FastModel = namedtuple(
-    "FastModel", "active alpha beta U Psi tau perp residual S Q G drift align "
-    "log_evidence n_fresh")
+    "FastModel", "active alpha beta U Psi tau perp residual S Q G align log_evidence "
+    "since_fresh interval drift n_fresh")
 
 
-def refresh(model, Phi, usable, t, PhiT_t, alignment_max):
+def initial_model(Phi, active, alpha, beta):
+    """The state of a model with the columns ``active`` (α for every column, ∞
+    outside): its orthonormal coordinates; `refresh` fills in the rest."""
+    active = np.sort(np.asarray(active, dtype=int))
+    U, Psi = orthonormal_coordinates(Phi, active)
+    return FastModel(active, alpha, beta, U, Psi, tau=None, perp=None, residual=None,
+                     S=None, Q=None, G=None, align=None, log_evidence=None, since_fresh=0,
+                     interval=REFRESH_INTERVAL, drift=0.0, n_fresh=0)
+
+
+def refresh(model, Phi, usable, t, PhiT_t, alignment_max, measure=False):
     """Every derived quantity of ``model`` from its coordinates afresh: τ, the
     residuals, S, Q and H⁻¹ (rvm-SQ-stable), the alignments and the log evidence
-    (rvm-evidence-split). One fresh factorisation, O(Pm² + m³)."""
+    (rvm-evidence-split). One fresh factorisation, O(Pm² + m³).
+
+    With ``measure``, the maintained S, Q are compared with the fresh ones
+    (`measured_drift`) and the refresh interval adapted to keep the drift below
+    `DRIFT_MAX` (see `REFRESH_INTERVAL`).
+    """
     active, alpha, beta, Psi = model.active, model.alpha, model.beta, model.Psi
     tau = model.U.T @ t
     perp = max(t @ t - tau @ tau, 0.0)                  # ‖(I − UUᵀ)t‖²
@@ -280,10 +302,18 @@ def refresh(model, Phi, usable, t, PhiT_t, alignment_max):
     if alignment_max < 1:
         align = np.max(np.abs(Psi.T @ Psi[:, active]), axis=1)   # |φ_iᵀφ_j|, j in the model
     post = coordinate_posterior(Psi[:, active], tau, perp, alpha[active], beta, len(t))
-    drift = np.full(len(S), FRESH_ERROR_EPS * np.finfo(float).eps)
+    interval, drift = model.interval, model.drift
+    if measure and model.since_fresh > 0:
+        tCt = beta * (perp + tau @ G @ tau)               # tᵀC⁻¹t (rvm-SQ-stable)
+        measured = measured_drift(model.S, model.Q, S, Q, tCt)
+        drift = max(drift, measured)
+        if measured <= DRIFT_MAX / 100:
+            interval = min(2 * interval, REFRESH_INTERVAL_MAX)
+        elif measured > DRIFT_MAX / 10:
+            interval = max(interval // 4, 1)
     return model._replace(tau=tau, perp=perp, residual=residual, S=S, Q=Q, G=G,
-                          drift=drift, align=align, log_evidence=post.log_evidence,
-                          n_fresh=model.n_fresh + 1)
+                          align=align, log_evidence=post.log_evidence, since_fresh=0,
+                          interval=interval, drift=drift, n_fresh=model.n_fresh + 1)
 
 
 def choose_action(model, usable, tol, alignment_max):
@@ -305,10 +335,9 @@ def choose_action(model, usable, tol, alignment_max):
 
 
 def _rank_one(model, j, v, kappa, G, **changes):
-    """Apply (rvm-SQ-rank-one) to S, Q with its drift estimate, and ``changes``."""
+    """Apply (rvm-SQ-rank-one) to S, Q, and ``changes``."""
     S, Q = rank_one_SQ(model.S, model.Q, v, kappa, j)
-    drift = drift_bound(model.drift, model.S, model.Q, S, v, kappa, j)
-    return model._replace(S=S, Q=Q, G=G, drift=drift, **changes)
+    return model._replace(S=S, Q=Q, G=G, since_fresh=model.since_fresh + 1, **changes)
 
 
 def reestimate_basis_function(model, j, alpha_j):
@@ -399,5 +428,6 @@ def fast_regression(Phi, t, *, beta_schedule="both", **settings):
             evidence=np.concatenate([held.evidence, released.evidence]),
             actions=held.actions + released.actions,
             n_iter=held.n_iter + released.n_iter, n_fresh=held.n_fresh + released.n_fresh,
+            drift=max(held.drift, released.drift),
             converged=held.converged and released.converged))
     return on_user_scale(max(runs, key=lambda run: run.log_evidence), scales)
