@@ -12,7 +12,11 @@ state (``dual_coef_``, ``X_fit_``, ``kernel_``, ``n_features_in_``), so
   fit on the same data, kernel and λ.
 - ``solver="cg"``: preconditioned conjugate gradients whose products with K are
   computed from kernel blocks streamed on the workers; nothing of size N² is
-  stored (``backends.dask.cg``).
+  stored (``backends.dask.cg``). X and t go into a fit store; the loop reports
+  progress, checkpoints its vectors and resumes (``backends.dask.ridge_iterative``).
+- ``solver="nystrom"``: Nyström kernel ridge on ``n_centres`` centres with the
+  FALKON preconditioner (``backends.dask.nystrom``); ``X_fit_`` holds the
+  centres and ``dual_coef_`` their coefficients β.
 
 X (N × D) must fit in the client's memory; the N × N Gram matrix need not fit
 in any worker's. ``kernel="precomputed"`` is refused: a precomputed Gram matrix
@@ -24,18 +28,23 @@ import os
 import pathlib
 import shutil
 import tempfile
+import warnings
 import weakref
 
 from backends.dask import cg as _cg
+from backends.dask import ridge_iterative as _iterative
+from backends.dask.blocks import lower_blocks, n_blocks
 from backends.dask.cluster import get_client
 from backends.dask.gram_store import COMPRESSORS, GramStore
+from backends.dask.integrity import damaged_chunks
 from backends.dask.linalg import create_factor, tiled_cho_solve, tiled_cholesky
 from kernelref._validation import check_integer, check_positive
 from kernelref.ridge import KernelRidge as ReferenceKernelRidge
 
 __all__ = ["KernelRidge"]
 
-SOLVERS = ("cholesky", "cg")
+SOLVERS = ("cholesky", "cg", "nystrom")
+CENTRE_SAMPLINGS = ("uniform", "leverage")
 PRECONDITIONERS = ("pivoted_cholesky", "nystrom", None)
 
 
@@ -61,7 +70,18 @@ class KernelRidge(ReferenceKernelRidge):
     chunk_size : int
         Edge of the square Gram tiles, and the row-block size of the streamed
         products (``solver="cg"``). A worker holds a few tiles of 8·chunk_size² bytes.
-    solver : "cholesky" or "cg"
+    solver : "cholesky", "cg" or "nystrom"
+    n_centres : int
+        Nyström centres M (``solver="nystrom"``); M ≥ N is exact kernel ridge.
+    centres : "uniform" or "leverage"
+        How the centres are sampled: uniformly, or by approximate ridge leverage
+        scores (one more pass over the data).
+    progress : None, False or callable
+        Progress of the iterative solvers (``runtime.run_loop``): None is a bar on
+        a terminal, False nothing, a callable receives a ``runtime.Record``.
+    resume : bool
+        Continue an iterative fit from the checkpoint in ``store`` (same data
+        and settings), e.g. after an interrupt.
     preconditioner : "pivoted_cholesky", "nystrom" or None
         Low-rank preconditioner of the conjugate gradients (``solver="cg"``).
     rank : int
@@ -91,7 +111,8 @@ class KernelRidge(ReferenceKernelRidge):
     def __init__(self, lam=1.0, kernel="rbf", gamma=None, degree=3, coef0=1, store=None,
                  chunk_size=1024, solver="cholesky", preconditioner="pivoted_cholesky",
                  rank=100, tol=_cg.DEFAULT_TOL, max_iter=_cg.DEFAULT_MAX_ITER, compressor=None,
-                 address=None, random_state=0):
+                 address=None, random_state=0, n_centres=1000, centres="uniform",
+                 progress=None, resume=True):
         super().__init__(lam=lam, kernel=kernel, gamma=gamma, degree=degree, coef0=coef0)
         self.store = store
         self.chunk_size = chunk_size
@@ -103,6 +124,10 @@ class KernelRidge(ReferenceKernelRidge):
         self.compressor = compressor
         self.address = address
         self.random_state = random_state
+        self.n_centres = n_centres
+        self.centres = centres
+        self.progress = progress
+        self.resume = resume
 
     def _validate_backend(self):
         """Check the backend's own arguments, before any data is touched."""
@@ -112,6 +137,14 @@ class KernelRidge(ReferenceKernelRidge):
                 "Gram matrix is already in memory, so solve it with kernelref.ridge.KernelRidge.")
         _check_choice(self.solver, "solver", SOLVERS)
         _check_choice(self.preconditioner, "preconditioner", PRECONDITIONERS)
+        _check_choice(self.centres, "centres", CENTRE_SAMPLINGS)
+        check_integer(self.n_centres, "n_centres", meaning="It is the number of Nyström "
+                      "centres M.")
+        if not (self.progress is None or self.progress is False or callable(self.progress)):
+            raise TypeError("progress must be None (a bar on a terminal), False or a callable "
+                            f"receiving a Record; got {self.progress!r}.")
+        if not isinstance(self.resume, bool):
+            raise TypeError(f"resume must be True or False; got {self.resume!r}.")
         check_integer(self.chunk_size, "chunk_size", meaning="It is the edge of the Gram tiles.")
         check_integer(self.rank, "rank", meaning="It is the preconditioner's rank.")
         check_integer(self.max_iter, "max_iter", meaning="It caps the CG iterations.")
@@ -132,15 +165,19 @@ class KernelRidge(ReferenceKernelRidge):
     def fit(self, X, y):
         """Solve a = (K + λI)⁻¹ t on the cluster (label ``ridge-dual-solution``)."""
         self._validate_backend()
-        lam, X, t, kernel = self._validate(X, y)
+        lam, X, t, _, kernel = self._validate(X, y)
         client = get_client(self.address)
+        X_fit = X
         if self.solver == "cholesky":
             a = self._fit_cholesky(X, t, lam, kernel, client)
-        else:
+        elif self.solver == "cg":
             a = self._fit_cg(X, t, lam, kernel, client)
+        else:
+            self.__dict__.pop("store_", None)
+            X_fit, a, self.n_iter_ = _iterative.fit_nystrom(self, X, t, lam, kernel, client)
         self.dual_coef_ = a
         self.kernel_ = kernel
-        self.X_fit_ = X
+        self.X_fit_ = X_fit
         self.n_features_in_ = X.shape[1]
         return self
 
@@ -162,18 +199,8 @@ class KernelRidge(ReferenceKernelRidge):
 
     def _fit_cg(self, X, t, lam, kernel, client):
         self.__dict__.pop("store_", None)
-        precondition = None
-        if self.preconditioner == "pivoted_cholesky":
-            precondition = _cg.WoodburyPreconditioner(
-                _cg.pivoted_cholesky(kernel, X, self.rank), lam)
-        elif self.preconditioner == "nystrom":
-            precondition = _cg.WoodburyPreconditioner(
-                _cg.nystrom_factor(kernel, X, self.rank, self.random_state), lam)
-        with _cg.StreamedGram(X, kernel, client, self.chunk_size) as K_times:
-            result = _cg.conjugate_gradients(K_times, t, lam, precondition, self.tol,
-                                             self.max_iter)
-        self.n_iter_ = result.n_iter
-        return result.a
+        a, self.n_iter_ = _iterative.fit_cg(self, X, t, lam, kernel, client)
+        return a
 
     def _store_path(self):
         """The user's store, or this estimator's temporary directory (made once)."""
@@ -190,6 +217,7 @@ class KernelRidge(ReferenceKernelRidge):
         state = dict(self.__dict__)
         state.pop("_cleanup", None)
         state.pop("_temporary", None)
+        state.pop("_fit_directories", None)
         return state
 
 
@@ -200,11 +228,27 @@ def _reusable_factor(store, lam):
     path = store.path / "cholesky"
     if not (path / "zarr.json").is_file():
         return None
-    L = zarr.open_array(store=str(path), mode="r+")
-    attrs = L.attrs
+    try:
+        L = zarr.open_array(store=str(path), mode="r+")
+        attrs = L.attrs
+    except Exception as exc:
+        warnings.warn(f"the stored Cholesky factor {str(path)!r} cannot be read ({exc}); "
+                      "it is discarded and recomputed.", RuntimeWarning, stacklevel=3)
+        return None
     same = (attrs.get("complete") is True and attrs.get("lam") == lam
             and attrs.get("data") == store.attrs["data"]
             and attrs.get("kernel") == store.attrs["kernel"]
             and L.shape == store.array.shape and tuple(L.chunks) == tuple(store.array.chunks))
-    return L if same else None
+    if not same:
+        return None
+    # A damaged factor would give wrong coefficients that look normal: check every
+    # tile on and below the diagonal against its checksum before reusing it.
+    damaged = damaged_chunks(L, lower_blocks(n_blocks(L.shape[0], L.chunks[0])))
+    if damaged:
+        warnings.warn(
+            f"the stored Cholesky factor {str(path)!r} has {len(damaged)} damaged tile(s) "
+            f"{[block for block, _ in damaged][:10]} (first: {damaged[0][1]}); it is "
+            "discarded and recomputed.", RuntimeWarning, stacklevel=3)
+        return None
+    return L
 

@@ -1,0 +1,218 @@
+"""Nyström kernel ridge with the FALKON preconditioner, over streamed K_NM blocks.
+
+With M centres C (rows of X) the estimator f(x) = k(x, C) β minimises
+‖t − K_NM β‖² + λ βᵀ K_MM β, so β solves the normal equations
+
+    H β = K_NMᵀ t,   H = K_NMᵀ K_NM + λ K_MM          (label ``nystrom-normal``)
+
+(Rudi, Carratino & Rosasco, "FALKON", NeurIPS 2017, with their λn written λ as
+in ``ridge-dual-solution``). With every point a centre, K_NM = K and β is the
+exact ridge solution (K + λI)⁻¹ t.
+
+FALKON's preconditioner replaces K_NMᵀ K_NM by its value (N/M) K_MM² under
+uniform sampling: with K_MM = TᵀT and (N/M) T Tᵀ + λI = AᵀA (Cholesky factors,
+upper), P = (N/M) K_MM² + λ K_MM = Tᵀ Aᵀ A T, and B = T⁻¹ A⁻¹ gives
+
+    Bᵀ H B γ = Bᵀ K_NMᵀ t,   β = B γ                  (label ``falkon-system``)
+
+whose matrix is I when K_NMᵀ K_NM = (N/M) K_MM², and well conditioned near it.
+Conjugate gradients solve it; each iteration is one round of tasks computing
+K_iMᵀ (K_iM u) for every row chunk i from the fit store, in tiles of a reused
+buffer. Only M × M matrices (K_MM, T, A) live on the client.
+"""
+
+import numpy as np
+from scipy.linalg import cho_factor, cho_solve, solve_triangular
+
+from backends.dask.blocks import kernel_block, reusable_buffer
+from backends.dask.cg import TILE_COLS, TILE_ROWS, centred_chunk
+from backends.dask.runtime import map_chunks, read_chunk
+
+__all__ = ["FalkonPreconditioner", "leverage_scores", "nystrom_rows", "select_centres"]
+
+#: Jitter added to K_MM's diagonal before its Cholesky, relative to its largest
+#: diagonal entry (FALKON's ε): it guards T against repeated or near-repeated
+#: centres and changes only the preconditioner, never β.
+JITTER = 1e-10
+
+
+def _centred(C, shift):
+    C = np.asarray(C, dtype=np.float64)
+    C = C - shift if shift is not None else C
+    return C, np.einsum("ij,ij->i", C, C)
+
+
+def nystrom_rows(ref, i, C, kernel, shift, U, t_ref):
+    """Worker task: K_iMᵀ (K_iM U) for row chunk i (or K_iMᵀ t_i if U is None).
+
+    K_iM is formed a few rows at a time (``TILE_ROWS`` × ``TILE_COLS`` entries)
+    in a reused buffer, and used twice while it is in cache.
+    """
+    X_i, x_norms = centred_chunk(ref, i, shift)
+    C, c_norms = _centred(C, shift)
+    left = read_chunk(t_ref, i).reshape(len(X_i), -1) if U is None else None
+    k = left.shape[1] if U is None else U.shape[1]
+    out = np.zeros((len(C), k))
+    rows_per_tile = max(1, TILE_ROWS * TILE_COLS // len(C))
+    buffer = reusable_buffer(rows_per_tile * len(C))
+    for r0 in range(0, len(X_i), rows_per_tile):
+        rows = slice(r0, r0 + rows_per_tile)
+        K_rM = kernel_block(kernel, X_i[rows], C, buffer, x_norms[rows], c_norms)
+        out += K_rM.T @ (left[rows] if U is None else K_rM @ U)
+    return out
+
+
+def leverage_rows(ref, i, S, kernel, shift, R):
+    """Worker task: λ·ℓ̃ for row chunk i: k_ii − ‖R⁻ᵀ k_iS‖² (see ``leverage_scores``)."""
+    X_i, x_norms = centred_chunk(ref, i, shift)
+    S, s_norms = _centred(S, shift)
+    K_iS = kernel_block(kernel, X_i, S, None, x_norms, s_norms)
+    Z = solve_triangular(R, K_iS.T, trans="T", lower=False, check_finite=False)
+    return np.asarray(kernel.diag(read_chunk(ref, i))) - np.einsum("ij,ij->j", Z, Z)
+
+
+def leverage_scores(client, store, kernel, shift, lam, m, rng):
+    """Approximate ridge leverage scores ℓ_i = [K(K + λI)⁻¹]_ii of every point.
+
+    From m uniform landmarks S (one pass over the data):
+    ℓ̃_i = (k_ii − k_iSᵀ (K_SS + λ(m/N) I)⁻¹ k_iS)/λ, exact when S is every point
+    (then (1/λ)[K − K(K + λI)⁻¹K]_ii = [K(K + λI)⁻¹]_ii).
+    """
+    n = store.n
+    S = np.sort(rng.choice(n, size=min(m, n), replace=False))
+    X_S = _read_rows(store, S)
+    K_SS = kernel(X_S)
+    K_SS.flat[:: len(S) + 1] += lam * len(S) / n
+    R = np.linalg.cholesky(K_SS).T
+    parts = map_chunks(client, leverage_rows, store.x_ref, X_S, kernel, shift, R)
+    return np.maximum(np.concatenate(parts), 0.0) / lam
+
+
+def select_centres(client, store, kernel, shift, lam, m, sampling, random_state):
+    """Indices of M centres: uniform without replacement, or by leverage scores."""
+    rng = np.random.default_rng(random_state)
+    n = store.n
+    if m >= n:
+        return np.arange(n)
+    if sampling == "uniform":
+        return np.sort(rng.choice(n, size=m, replace=False))
+    scores = leverage_scores(client, store, kernel, shift, lam, m, rng)
+    p = scores + 1e-12 * scores.max()
+    return np.sort(rng.choice(n, size=m, replace=False, p=p / p.sum()))
+
+
+def _read_rows(store, index):
+    """Rows `index` of the store's X, on the client."""
+    import zarr
+
+    X = zarr.open_array(store=store.x_ref.path, mode="r")
+    return np.asarray(
+        X.get_orthogonal_selection((index, slice(None))), dtype=np.float64
+    )
+
+
+class FalkonPreconditioner:
+    """B = T⁻¹A⁻¹ of ``falkon-system``: K_MM + εI = TᵀT, (N/M)TTᵀ + λI = AᵀA."""
+
+    def __init__(self, K_MM, n, lam):
+        m = len(K_MM)
+        K = K_MM.copy()
+        K.flat[:: m + 1] += JITTER * max(np.max(np.diag(K_MM)), 1.0)
+        self.T = np.linalg.cholesky(K).T
+        inner = (n / m) * (self.T @ self.T.T)
+        inner.flat[:: m + 1] += lam
+        self.A = np.linalg.cholesky(inner).T
+
+    def B(self, V):
+        """B V = T⁻¹ (A⁻¹ V)."""
+        V = solve_triangular(self.A, V, lower=False, check_finite=False)
+        return solve_triangular(self.T, V, lower=False, check_finite=False)
+
+    def B_T(self, V):
+        """Bᵀ V = A⁻ᵀ (T⁻ᵀ V)."""
+        V = solve_triangular(self.T, V, trans="T", lower=False, check_finite=False)
+        return solve_triangular(self.A, V, trans="T", lower=False, check_finite=False)
+
+    def condition_numbers(self, H):
+        """cond(H) and cond(BᵀHB) (dense, for small M: the book's measurement)."""
+        BHB = self.B_T(self.B_T(H).T)
+        return np.linalg.cond(H), np.linalg.cond(BHB)
+
+
+class FalkonFit:
+    """Conjugate gradients on ``falkon-system`` as a ``run_loop`` fit.
+
+    The right-hand side Bᵀ K_NMᵀ t costs one round of tasks; it is computed in
+    ``start`` and kept in the state, so a resumed fit does not repeat it.
+    """
+
+    measure_name = "residual"
+    size_name = "iterations"
+
+    def __init__(
+        self, client, store, kernel, shift, C, K_MM, lam, t_shape, tol, max_iter
+    ):
+        from backends.dask.cg import ConjugateGradients
+
+        self._CG = ConjugateGradients
+        self.client, self.store, self.kernel, self.shift = client, store, kernel, shift
+        self.C, self.K_MM, self.lam, self.t_shape = C, K_MM, lam, t_shape
+        self.tol, self.max_iter = tol, max_iter
+        self.P = FalkonPreconditioner(K_MM, store.n, lam)
+        self.cg = None
+
+    def normal_times(self, U):
+        """K_NMᵀ K_NM U, one round of tasks."""
+        parts = map_chunks(
+            self.client,
+            nystrom_rows,
+            self.store.x_ref,
+            self.C,
+            self.kernel,
+            self.shift,
+            U,
+            None,
+        )
+        return np.sum(parts, axis=0)
+
+    def apply(self, V):
+        """Bᵀ H B V with H of ``nystrom-normal``."""
+        U = self.P.B(V)
+        return self.P.B_T(self.normal_times(U) + self.lam * (self.K_MM @ U))
+
+    def _solver(self, rhs):
+        if self.cg is None:
+            self.cg = self._CG(self.apply, rhs, None, self.tol, self.max_iter)
+        return self.cg
+
+    def start(self):
+        parts = map_chunks(
+            self.client,
+            nystrom_rows,
+            self.store.x_ref,
+            self.C,
+            self.kernel,
+            self.shift,
+            None,
+            self.store.array_ref("t"),
+        )
+        rhs = self.P.B_T(np.sum(parts, axis=0))
+        state = self._solver(rhs).start()
+        state["rhs"] = rhs
+        return state
+
+    def step(self, state):
+        state = self._solver(state["rhs"]).step(state)
+        return state
+
+    def done(self, state):
+        return self._solver(state["rhs"]).done(state)
+
+    def measure(self, state):
+        return self._solver(state["rhs"]).measure(state)
+
+    def beta(self, state):
+        """β = B γ, shaped as t's columns."""
+        result = self._solver(state["rhs"]).result(state, state["rhs"].shape, 4)
+        beta = self.P.B(result.a)
+        return beta.reshape((len(beta),) + tuple(self.t_shape[1:])), result.n_iter
