@@ -255,10 +255,13 @@ def test_gp_classification_on_sparse_input(kernel):
     X, z = sparse_data(6, n=40, d=12, density=0.3)
     y = np.digitize(z, np.quantile(z, [1 / 3, 2 / 3]))
     for labels in (z > 0, y):
-        make = lambda: GaussianProcessClassifier(  # noqa: E731
-            kernel=kernel, optimizer=None if isinstance(kernel, Sigmoid) else "L-BFGS-B"
+        optimizer = None if isinstance(kernel, Sigmoid) else "L-BFGS-B"
+        dense = GaussianProcessClassifier(kernel=kernel, optimizer=optimizer).fit(
+            X, labels
         )
-        dense, sparse = make().fit(X, labels), make().fit(sp.csr_matrix(X), labels)
+        sparse = GaussianProcessClassifier(kernel=kernel, optimizer=optimizer).fit(
+            sp.csr_matrix(X), labels
+        )
         np.testing.assert_allclose(
             sparse.predict_proba(sp.csr_matrix(X)),
             dense.predict_proba(X),
@@ -277,7 +280,7 @@ def test_sparse_input_is_never_made_dense():
     X = sp.csr_matrix((rng.normal(size=n * per_row), (rows, cols)), shape=(n, d))
     y = np.asarray(X[:, :].sum(axis=1)).ravel() > 0
     dense_bytes = n * d * 8
-    fits = [lambda: SVC(kernel=k, gamma=0.1).fit(X, y).predict(X) for k in KERNELS]
+    fits = [lambda k=k: SVC(kernel=k, gamma=0.1).fit(X, y).predict(X) for k in KERNELS]
     fits += [
         lambda: KernelRidge(kernel="rbf", gamma=0.1).fit(X, y).predict(X),
         lambda: KernelPCA(n_components=3, kernel="rbf", gamma=0.1).fit(X).transform(X),
