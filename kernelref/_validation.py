@@ -19,9 +19,12 @@ def plain(value):
 
 
 def _refuse_complex(A, name):
-    if np.iscomplexobj(A):
+    dtype = getattr(A, "dtype", None)
+    if dtype is None or not isinstance(dtype, np.dtype):
+        dtype = np.asarray(A).dtype
+    if dtype.kind == "c":
         raise ValueError(
-            f"{name} is complex (dtype {np.asarray(A).dtype}). Complex data not supported: "
+            f"{name} is complex (dtype {dtype}). Complex data not supported: "
             "the kernels are real; pass the real part, or the real and imaginary parts as "
             "separate columns.")
 
@@ -345,4 +348,7 @@ def evaluate_kernel(kernel, X, Y=None):
     n = X.shape[0] if hasattr(X, "shape") else len(X)
     m = n if Y is None else (Y.shape[0] if hasattr(Y, "shape") else len(Y))
     name = "K(X, X)" if Y is None else "K(X, Y)"
-    return check_gram(kernel(X, Y), kernel, (n, m), name)
+    # Overflow is not warned about: a non-finite entry is refused by check_gram.
+    with np.errstate(over="ignore", invalid="ignore"):
+        K = kernel(X, Y)
+    return check_gram(K, kernel, (n, m), name)

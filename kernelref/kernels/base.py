@@ -148,7 +148,8 @@ class Kernel(ParamsMixin, abc.ABC):
             raise ValueError(f"theta must have shape ({len(self.theta)},); got {theta.shape}.")
         start = 0
         for name, size in self._own():
-            value = np.exp(theta[start:start + size])
+            with np.errstate(over="ignore"):     # an overflow is refused by name below
+                value = np.exp(theta[start:start + size])
             setattr(self, name, value if np.ndim(getattr(self, name)) else float(value[0]))
             start += size
         for _, child in self._children():

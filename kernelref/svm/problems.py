@@ -195,23 +195,35 @@ class KernelRows:
             self.X, self._Xc = X.tocsr(), X.tocsc()
             self._norms = np.asarray(self.X.multiply(self.X).sum(axis=1), dtype=float).ravel()
         elif self._fast_rbf:
-            self._Xt = np.ascontiguousarray(X.T)
-            self._gamma_norms = kernel.gamma * np.einsum("ij,ij->i", X, X)
+            # Centred once, so that the expansion's cancellation is relative to the
+            # data's spread, not to its distance from the origin.
+            self._X_centred = X - X.mean(axis=0)
+            self._Xt = np.ascontiguousarray(self._X_centred.T)
+            self._gamma_norms = kernel.gamma * np.einsum(
+                "ij,ij->i", self._X_centred, self._X_centred)
 
     def _compute(self, n, out):
+        # Overflow is not warned about: a non-finite row is refused below, by name.
+        with np.errstate(over="ignore", invalid="ignore"):
+            self._compute_row(n, out)
+        if not np.isfinite(out).all():
+            check_gram(out[None, :], self.kernel, (1, len(out)), f"row {n} of K")
+        self.n_computed += 1
+
+    def _compute_row(self, n, out):
         if self._sparse:
             self._compute_sparse(n, out)
         elif self._fast_rbf:
             # exp(−γ‖x_n − x‖²) = exp(2γ x_nᵀx − γ‖x‖² − γ‖x_n‖²), one GEMV per row.
-            np.matmul(self.X[n], self._Xt, out=out)
+            np.matmul(self._X_centred[n], self._Xt, out=out)
             out *= 2.0 * self.kernel.gamma
             out -= self._gamma_norms
             out -= self._gamma_norms[n]
             np.minimum(out, 0.0, out=out)
             np.exp(out, out=out)
         else:
-            out[:] = self.kernel(self.X[n:n + 1], self.X)[0]
-        self.n_computed += 1
+            row = self.kernel(self.X[n:n + 1], self.X)
+            out[:] = check_gram(row, self.kernel, (1, len(out)), f"row {n} of K")[0]
 
     def _compute_sparse(self, n, out):
         """Row n on sparse X. The kernels that accept sparse X are maps of the
