@@ -45,14 +45,27 @@ def backend_estimators():
 
 
 def estimator_class(name, backend="reference"):
-    """The class for model `name` (case-insensitive) on `backend`."""
-    reference = reference_estimators()
-    by_lower = {key.lower(): key for key in reference}
-    if name.lower() not in by_lower:
-        raise UsageError(f"unknown model {name!r}; the models are {sorted(reference)}.")
-    name = by_lower[name.lower()]
+    """The class for model `name` (case-insensitive) on `backend`.
+
+    Only the module that exports `name` is imported (a short start-up); the
+    whole list is read when the name is unknown, to say what is known.
+    """
+    cls = None
+    for module_name in REFERENCE_MODULES:
+        module = importlib.import_module(module_name)
+        exported = {key.lower(): key for key in module.__all__}
+        if name.lower() in exported:
+            value = getattr(module, exported[name.lower()])
+            if isinstance(value, type) and issubclass(value, BaseEstimator):
+                cls = value
+                break
+    if cls is None:
+        raise UsageError(
+            f"unknown model {name!r}; the models are {sorted(reference_estimators())}."
+        )
+    name = cls.__name__
     if backend == "reference":
-        return reference[name]
+        return cls
     available = backend_estimators()
     if name not in available:
         raise UsageError(
@@ -99,9 +112,22 @@ def parse_value(text, where):
             return Kernel.from_spec(value)
         except (TypeError, ValueError) as error:
             raise UsageError(f"{where}: {error}") from None
+    if isinstance(value, dict) and set(value) == {"estimator", "params"}:
+        return _estimator_from_spec(value, where)
     if isinstance(value, dict):
         return {_key(k): v for k, v in value.items()}
     return value
+
+
+def _estimator_from_spec(spec, where):
+    """``{"estimator": "SVC", "params": {"C": 10}}``: the inner estimator of a
+    meta-estimator such as OneVsRestClassifier or PlattCalibrated."""
+    cls = estimator_class(str(spec["estimator"]))
+    text = [f"{name}={json.dumps(value)}" for name, value in spec["params"].items()]
+    try:
+        return cls(**parse_params(text, cls))
+    except UsageError as error:
+        raise UsageError(f"{where}: {error}") from None
 
 
 def _key(text):
