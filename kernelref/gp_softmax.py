@@ -43,7 +43,6 @@ from kernelref._validation import (
 from kernelref.base import BaseEstimator, ClassifierMixin
 from kernelref.kernels import RBF, Kernel
 from kernelref.laplace import TOL, damped_newton
-from kernelref.rvm.softmax import moderated_softmax
 
 __all__ = [
     "SoftmaxGaussianProcessClassifier",
@@ -391,6 +390,9 @@ class SoftmaxGaussianProcessClassifier(ClassifierMixin, BaseEstimator):
             )
         mean, cov = self.latent_predictive(X)
         if method == "moderated":
+            # imported here: the RVM package is not needed for the default method
+            from kernelref.rvm.softmax import moderated_softmax
+
             return moderated_softmax(mean, cov)
         rng = np.random.default_rng(self.random_state)
         return monte_carlo_probabilities(mean, cov, self.n_samples, rng)

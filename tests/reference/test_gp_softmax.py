@@ -94,7 +94,7 @@ def test_newton_step_equals_dense_newton_step():
     pi = softmax(F, axis=0)
     W, K_big = dense_W(pi), dense(K, C)
     b = W @ F.ravel() + (Y - pi).ravel()
-    f_new = np.linalg.solve(np.linalg.inv(K_big) + W, b)
+    f_new = K_big @ np.linalg.solve(np.eye(C * n) + W @ K_big, b)  # (K⁻¹ + W)⁻¹b
     np.testing.assert_allclose((newton_step(K, A, Y) @ K).ravel(), f_new, atol=1e-9)
 
 
