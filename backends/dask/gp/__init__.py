@@ -5,6 +5,7 @@ subclass the reference's (``kernelref.gp``), so their parameters, fitted state
 and ML-II are the reference's own.
 """
 
+from backends.dask.gp.classification import GaussianProcessClassifier
 from backends.dask.gp.regression import GaussianProcessRegressor
 
-__all__ = ["GaussianProcessRegressor"]
+__all__ = ["GaussianProcessClassifier", "GaussianProcessRegressor"]

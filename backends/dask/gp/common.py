@@ -112,9 +112,8 @@ class ExactFit:
         for k in range(len(self.records["value"])):
             if np.array_equal(self.records["theta"][k], theta):
                 g = self.records["gradient"][k]
-                if gradient and np.isnan(g).any():
-                    return None
-                return float(self.records["value"][k]), g.copy()
+                if not (gradient and np.isnan(g).any()):
+                    return float(self.records["value"][k]), g.copy()
         return None
 
     def record(self, theta, value, gradient):
