@@ -13,6 +13,8 @@ import threading
 
 import numpy as np
 
+from backends.dask.integrity import record_chunk
+
 
 def n_blocks(n, chunk_size):
     """⌈n / c⌉ block rows (and columns) for n samples in chunks of edge c."""
@@ -72,8 +74,10 @@ def write_blocks(path, build_token, X, kernel, blocks, chunk_size):
 
     A block is zarr chunk (i, j) of the array ``K``, written whole and
     atomically (a temporary file renamed into place), so a chunk that exists
-    is a finished block, even when the build was interrupted. Writing on the
-    worker keeps the blocks off the network. Returns the number of blocks.
+    is a finished block, even when the build was interrupted; its checksum is
+    recorded after it (``backends.dask.integrity``), so a chunk without one is
+    not trusted. Writing on the worker keeps the blocks off the network.
+    Returns the number of blocks.
     """
     n = len(X)
     K_store = _open_gram_array(path, build_token)
@@ -82,6 +86,7 @@ def write_blocks(path, build_token, X, kernel, blocks, chunk_size):
         # A diagonal block is k(X_i) with Y omitted, as the reference computes
         # the whole Gram matrix, so its diagonal is the kernel's own.
         K_store[rows, cols] = kernel(X[rows]) if i == j else kernel(X[rows], X[cols])
+        record_chunk(K_store, (i, j))
     return len(blocks)
 
 

@@ -12,7 +12,10 @@ Layout of the group at ``path``:
 
 A chunk is written whole and atomically (zarr's local store writes a
 temporary file and renames it), so the chunks present are the finished
-blocks: an interrupted build resumes from them.
+blocks: an interrupted build resumes from them. Each chunk's sha256 is
+recorded beside it (``backends.dask.integrity``) and checked before the
+chunk is used: ``open`` and ``block`` refuse a missing or damaged chunk,
+naming the store and the block, and ``build`` recomputes it.
 
 Any zarr client reads ``K`` (``zarr.open_array(path + "/K")``).
 """
@@ -21,10 +24,13 @@ import hashlib
 import json
 import pathlib
 import uuid
+import warnings
 
 import numpy as np
 
 from backends.dask.blocks import batches, block_slice, lower_blocks, n_blocks, write_blocks
+from backends.dask.integrity import (
+    DamagedChunkError, StoreError, damaged_chunks, forget_chunk, verify_chunk)
 from kernelref._validation import check_array, check_integer
 from kernelref.kernels import Kernel
 
@@ -63,12 +69,18 @@ class GramStore:
         import zarr
 
         self.path = pathlib.Path(path).resolve()
-        self.group = zarr.open_group(store=str(self.path), mode=mode)
-        attrs = self.group.attrs
-        self.n = int(attrs["n"])
-        self.chunk_size = int(attrs["chunk_size"])
+        try:
+            self.group = zarr.open_group(store=str(self.path), mode=mode)
+            attrs = self.group.attrs
+            self.n = int(attrs["n"])
+            self.chunk_size = int(attrs["chunk_size"])
+            self.array = self.group["K"]
+        except Exception as exc:
+            raise StoreError(
+                f"the Gram store at {str(self.path)!r} cannot be read: its metadata is "
+                f"damaged ({type(exc).__name__}: {exc}). Rebuild it with "
+                "GramStore.build(path, X, kernel, overwrite=True).") from exc
         self.n_blocks = n_blocks(self.n, self.chunk_size)
-        self.array = self.group["K"]
 
     @property
     def attrs(self):
@@ -91,7 +103,13 @@ class GramStore:
         self._check_block_index(j, "j")
         if i < j:
             return np.ascontiguousarray(self.block(j, i).T)
+        verify_chunk(self.array, (i, j), _REBUILD)
         return self.array[self.block_slice(i), self.block_slice(j)]
+
+    def damaged_blocks(self):
+        """The lower-triangle blocks whose chunk is missing or fails its checksum,
+        as ``((i, j), what is wrong)``. Reads every chunk once."""
+        return damaged_chunks(self.array, lower_blocks(self.n_blocks))
 
     def _check_block_index(self, index, name):
         if not (isinstance(index, (int, np.integer)) and 0 <= index < self.n_blocks):
@@ -124,6 +142,13 @@ class GramStore:
         store = cls(path)
         if not store.is_complete:
             raise incomplete
+        damaged = store.damaged_blocks()
+        if damaged:
+            (block, problem), more = damaged[0], len(damaged) - 1
+            raise DamagedChunkError(
+                f"block {block} of the Gram store at {str(path)!r} {problem}"
+                + (f", and {more} more block(s) are damaged" if more else "")
+                + f"; the store is not used. {_REBUILD}", str(path), block)
         fix = "rebuild it with GramStore.build(path, X, kernel, overwrite=True)"
         if X is not None:
             mismatch = _data_mismatch(path, store.attrs, fingerprint(check_array(X, "X")))
@@ -166,7 +191,7 @@ class GramStore:
         path = pathlib.Path(path).resolve()
         wanted = {"data": fingerprint(X), "kernel": kernel_spec(kernel), "chunk_size": chunk_size}
 
-        if _has_gram_array(path) and not overwrite:
+        if not overwrite and _has_gram_array(path):
             store = cls(path, mode="r+")
             mismatch = (_data_mismatch(path, store.attrs, wanted["data"])
                         or _kernel_mismatch(path, store.attrs, wanted["kernel"])
@@ -174,7 +199,7 @@ class GramStore:
             if mismatch:
                 raise ValueError(
                     f"{mismatch}; give another path, or overwrite=True to replace it.")
-            if store.is_complete:
+            if store.is_complete and store._discard_damaged():
                 return store
         else:
             _check_replaceable(path)
@@ -202,6 +227,21 @@ class GramStore:
             "K", shape=(n, n), chunks=(wanted["chunk_size"],) * 2, dtype="float64",
             compressors=compressors, fill_value=np.nan)
         return cls(path, mode="r+")
+
+    def _discard_damaged(self):
+        """Remove the damaged chunks of a complete store (with a warning naming
+        them) so that a build recomputes them; True if there were none."""
+        damaged = self.damaged_blocks()
+        if not damaged:
+            return True
+        warnings.warn(
+            f"the Gram store at {str(self.path)!r} has {len(damaged)} damaged block(s) "
+            f"{[block for block, _ in damaged][:10]} (first: {damaged[0][1]}); "
+            "recomputing them.", RuntimeWarning, stacklevel=3)
+        self.group.attrs["complete"] = False
+        for block, _ in damaged:
+            forget_chunk(self.array, block)
+        return False
 
     def missing_blocks(self):
         """The lower-triangle blocks (i, j) whose chunk is not yet on disk."""
@@ -248,6 +288,10 @@ class GramStore:
         self.group.attrs["complete"] = True
 
 
+_REBUILD = ("GramStore.build(path, X, kernel) with the data and kernel it was built "
+            "for recomputes the damaged blocks.")
+
+
 def _check_kernel(kernel):
     if not isinstance(kernel, Kernel):
         raise TypeError(
@@ -264,7 +308,13 @@ def _is_gram_store(path):
     meta = path / "zarr.json"
     if not meta.is_file():
         return False
-    return json.loads(meta.read_text()).get("attributes", {}).get("format") == FORMAT
+    try:
+        return json.loads(meta.read_text()).get("attributes", {}).get("format") == FORMAT
+    except (ValueError, AttributeError) as exc:
+        raise StoreError(
+            f"the store metadata {str(meta)!r} is not valid JSON ({exc}): it is truncated "
+            "or damaged. Rebuild the store with GramStore.build(path, X, kernel, "
+            "overwrite=True), or remove the directory.") from exc
 
 
 def _has_gram_array(path):
@@ -272,8 +322,13 @@ def _has_gram_array(path):
 
 
 def _check_replaceable(path):
-    """Refuse to clear a directory that is neither empty nor a Gram store."""
-    if path.exists() and not _is_gram_store(path) and (
+    """Refuse to clear a directory that is neither empty nor a Gram store (one
+    whose metadata is damaged may be replaced: it still has its array ``K``)."""
+    try:
+        is_store = _is_gram_store(path)
+    except StoreError:
+        is_store = (path / "K").is_dir()
+    if path.exists() and not is_store and (
             not path.is_dir() or any(path.iterdir())):
         raise ValueError(
             f"path {str(path)!r} exists and is not a Gram store; give a new or empty "

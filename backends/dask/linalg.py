@@ -36,6 +36,7 @@ import zarr
 from scipy.linalg import LinAlgError, cholesky, solve_triangular
 
 from backends.dask.blocks import block_slice, n_blocks
+from backends.dask.integrity import record_chunk
 
 __all__ = ["create_factor", "dual_coefficients", "tiled_cho_solve", "tiled_cholesky"]
 
@@ -86,6 +87,7 @@ def _factor_tile(K, L, lam, i, j, b, *written):
         tile = solve_triangular(_tile(L, j, j, b), A.T, lower=True, check_finite=False).T
     n = L.shape[0]
     L[block_slice(i, n, b), block_slice(j, n, b)] = tile
+    record_chunk(L, (i, j))     # checked before the factor is reused (integrity)
 
 
 def tiled_cholesky(K, lam, L, client):
