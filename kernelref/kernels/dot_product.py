@@ -8,8 +8,6 @@ hyperparameter is σ₀, with ∂k/∂log σ₀ = 2σ₀². Multiply by a ``Cons
 prior variance of w, or raise to a power with ``PolynomialOf``.
 """
 
-import numbers
-
 import numpy as np
 
 from kernelref.kernels.base import DEFAULT_BOUNDS, Kernel, as_2d
@@ -21,27 +19,11 @@ class DotProduct(Kernel):
     """k(x, x′) = σ₀² + xᵀx′ with σ₀ ≥ 0; σ₀ = 0 is the homogeneous linear
     kernel and leaves nothing to learn (as ``Polynomial``'s ``coef0 = 0``)."""
 
+    param_constraints = {"sigma_0": "nonnegative"}
+
     def __init__(self, sigma_0=1.0, sigma_0_bounds=DEFAULT_BOUNDS):
         self.sigma_0 = sigma_0
         self.sigma_0_bounds = sigma_0_bounds
-
-    @property
-    def sigma_0(self):
-        return self._sigma_0
-
-    @sigma_0.setter
-    def sigma_0(self, value):
-        if (
-            isinstance(value, (bool, np.bool_))
-            or not isinstance(value, numbers.Real)
-            or not np.isfinite(value)
-            or value < 0
-        ):
-            raise ValueError(
-                f"DotProduct: sigma_0 must be a finite number >= 0 (the prior standard "
-                f"deviation of the bias); got {value!r}."
-            )
-        self._sigma_0 = float(value)
 
     @property
     def hyperparameter_names(self):

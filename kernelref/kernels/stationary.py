@@ -18,49 +18,27 @@ Reference: C. E. Rasmussen and C. K. I. Williams, *Gaussian Processes for
 Machine Learning* (GPML), MIT Press 2006, §4.2.
 """
 
-import numbers
-
 import numpy as np
 from scipy.spatial.distance import cdist
 
 from kernelref.kernels.base import DEFAULT_BOUNDS, Kernel, as_2d
 
-__all__ = ["ExpSineSquared", "Matern", "RationalQuadratic", "check_positive_param"]
+__all__ = ["ExpSineSquared", "Matern", "RationalQuadratic"]
 
 #: The orders ν of the Matérn kernel that have the closed forms of GPML eq. 4.17.
 MATERN_NUS = (0.5, 1.5, 2.5)
 
 
-def check_positive_param(value, name, kernel, *, array=False):
-    """`value` as a positive finite float (or, with ``array``, a 1-D array of
-    them), or a ValueError naming the kernel's argument `name`."""
-    what = "a positive finite number" + (" or a 1-D array of them" if array else "")
-    if isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"{kernel}: {name} must be {what}; got {value!r}.")
-    if array and np.ndim(value) == 1:
-        v = np.asarray(value, dtype=float) if _numeric(value) else None
-        if v is None or v.size == 0 or not np.all(np.isfinite(v)) or np.any(v <= 0):
-            raise ValueError(f"{kernel}: {name} must be {what}; got {value!r}.")
-        return v
-    if not isinstance(value, numbers.Real) and not (
-        isinstance(value, np.ndarray) and value.ndim == 0 and _numeric(value)
-    ):
-        raise ValueError(f"{kernel}: {name} must be {what}; got {value!r}.")
-    if not np.isfinite(value) or value <= 0:
-        raise ValueError(f"{kernel}: {name} must be {what}; got {value!r}.")
-    return float(value)
-
-
-def _numeric(value):
-    try:
-        np.asarray(value, dtype=float)
-    except (TypeError, ValueError):
-        return False
-    return True
-
-
 class _Stationary(Kernel):
-    """Shared machinery: validated length scales and scaled distances."""
+    """Shared machinery: validated length scales and scaled distances.
+
+    ``param_constraints`` makes ``Kernel.__setattr__`` refuse a length scale
+    that is not finite and positive wherever it is set; the property adds the
+    shape: one number, or (where ARD makes sense) a 1-D array.
+    """
+
+    param_constraints = {"length_scale": "positive"}
+    _ard_allowed = True
 
     @property
     def length_scale(self):
@@ -68,11 +46,18 @@ class _Stationary(Kernel):
 
     @length_scale.setter
     def length_scale(self, value):
-        self._length_scale = check_positive_param(
-            value, "length_scale", type(self).__name__, array=self._ard_allowed
-        )
-
-    _ard_allowed = True
+        ndim = np.ndim(value)
+        if ndim > 1 or (ndim == 1 and not self._ard_allowed):
+            one = (
+                "a single number"
+                if not self._ard_allowed
+                else "a number or a 1-D array"
+            )
+            raise ValueError(
+                f"{type(self).__name__}: length_scale must be {one}; got shape "
+                f"{np.shape(value)}."
+            )
+        self._length_scale = np.asarray(value, dtype=float) if ndim else float(value)
 
     @property
     def anisotropic(self):
@@ -206,6 +191,7 @@ class RationalQuadratic(_Stationary):
 
     #: scikit-learn's order (alphabetical), so that ``theta`` means the same in both
     hyperparameter_names = ("alpha", "length_scale")
+    param_constraints = {"length_scale": "positive", "alpha": "positive"}
 
     def __init__(
         self,
@@ -218,14 +204,6 @@ class RationalQuadratic(_Stationary):
         self.alpha = alpha
         self.length_scale_bounds = length_scale_bounds
         self.alpha_bounds = alpha_bounds
-
-    @property
-    def alpha(self):
-        return self._alpha
-
-    @alpha.setter
-    def alpha(self, value):
-        self._alpha = check_positive_param(value, "alpha", "RationalQuadratic")
 
     def _base(self, r):
         """1 + r²/(2α)."""
@@ -270,6 +248,7 @@ class ExpSineSquared(_Stationary):
     """
 
     hyperparameter_names = ("length_scale", "periodicity")
+    param_constraints = {"length_scale": "positive", "periodicity": "positive"}
     _ard_allowed = False
 
     def __init__(
@@ -283,14 +262,6 @@ class ExpSineSquared(_Stationary):
         self.periodicity = periodicity
         self.length_scale_bounds = length_scale_bounds
         self.periodicity_bounds = periodicity_bounds
-
-    @property
-    def periodicity(self):
-        return self._periodicity
-
-    @periodicity.setter
-    def periodicity(self, value):
-        self._periodicity = check_positive_param(value, "periodicity", "ExpSineSquared")
 
     def _phases(self, X, Y=None):
         """u_d = π(x_d − x′_d)/p for all pairs, one (n, m) array per input d."""

@@ -203,15 +203,14 @@ def test_spec_and_params_round_trip():
     [
         (lambda: Matern(nu=1.0), "nu must be one of"),
         (lambda: Matern(nu=True), "nu must be one of"),
-        (lambda: Matern(length_scale=0.0), "length_scale must be a positive"),
+        (lambda: Matern(length_scale=0.0), "length_scale must be finite and > 0"),
         (lambda: Matern(length_scale=np.array([1.0, -1.0])), "length_scale"),
         (lambda: Matern(length_scale=np.nan), "length_scale"),
-        (lambda: RationalQuadratic(alpha=-1.0), "alpha must be a positive"),
+        (lambda: RationalQuadratic(alpha=-1.0), "alpha must be finite and > 0"),
         (lambda: RationalQuadratic(alpha=np.inf), "alpha"),
-        (lambda: ExpSineSquared(periodicity=0), "periodicity must be a positive"),
-        (lambda: ExpSineSquared(length_scale=np.ones(2)), "length_scale"),
-        (lambda: DotProduct(sigma_0=-1.0), "sigma_0 must be"),
-        (lambda: DotProduct(sigma_0="1"), "sigma_0 must be"),
+        (lambda: ExpSineSquared(periodicity=0), "periodicity must be finite and > 0"),
+        (lambda: ExpSineSquared(length_scale=np.ones(2)), "a single number"),
+        (lambda: DotProduct(sigma_0=-1.0), "sigma_0 must be finite and >= 0"),
     ],
 )
 def test_bad_hyperparameters_are_refused_at_construction(make, match):
@@ -219,9 +218,16 @@ def test_bad_hyperparameters_are_refused_at_construction(make, match):
         make()
 
 
+def test_hyperparameters_of_the_wrong_type_are_refused():
+    with pytest.raises(TypeError, match="sigma_0 must be a number"):
+        DotProduct(sigma_0="1")
+    with pytest.raises(TypeError, match="alpha must be a number"):
+        RationalQuadratic(alpha="2")
+
+
 def test_bad_hyperparameters_are_refused_by_setters():
     k = 1.0 * Matern(1.0)
-    with pytest.raises(ValueError, match="length_scale must be a positive"):
+    with pytest.raises(ValueError, match="length_scale must be finite and > 0"):
         k.set_params(kernel__length_scale=-2.0)
     with pytest.raises(ValueError, match="nu must be one of"):
         k.set_params(kernel__nu=3.5)
