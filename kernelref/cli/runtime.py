@@ -40,6 +40,11 @@ def connect(args):
             "connecting to a cluster needs the dask extra: "
             "pip install 'kernelref[dask]'."
         ) from None
+    if address is not None and address.startswith("tls://") and not any(tls):
+        raise UsageError(
+            f"the scheduler at {address} speaks TLS: give --tls-ca-file, "
+            "--tls-cert and --tls-key (the certificates its operator issued)."
+        )
     security = None
     if any(tls):
         if not all(tls):

@@ -1,0 +1,220 @@
+"""The installed ``kernelref`` command on Dask clusters started by the test:
+by address, by scheduler file, with TLS (certificates made here), and an
+unreachable scheduler that fails within the timeout."""
+
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+import kernelref
+from tests.cli.test_cli import write_csv
+
+distributed = pytest.importorskip("distributed")
+pytestmark = pytest.mark.slow
+
+rng = np.random.default_rng(2)
+X = rng.normal(size=(50, 2))
+t = np.sin(X[:, 0]) + 0.1 * rng.normal(size=50)
+
+
+def cluster(**options):
+    """One worker thread in this process; the command line reaches it over the network."""
+    return distributed.LocalCluster(
+        n_workers=1,
+        threads_per_worker=1,
+        processes=False,
+        dashboard_address=":0",
+        **options,
+    )
+
+
+def test_fit_and_gram_on_a_cluster_by_address(run, tmp_path):
+    write_csv(tmp_path / "train.csv", X, t)
+    np.save(tmp_path / "X.npy", X)
+    with cluster(protocol="tcp") as local:
+        address = local.scheduler_address
+        done = run(
+            "fit",
+            "KernelRidge",
+            "--data",
+            "train.csv",
+            "--target",
+            "target",
+            "--backend",
+            "dask",
+            "--scheduler",
+            address,
+            "--store",
+            "gram.zarr",
+            "--param",
+            "lam=0.1",
+            "--param",
+            "gamma=0.5",
+            "--param",
+            "chunk_size=16",
+            "--out",
+            "ridge.krm",
+        )
+        assert done.returncode == 0, done.stderr
+        with distributed.Client(local) as client:
+            client.write_scheduler_file(str(tmp_path / "scheduler.json"))
+        done = run(
+            "gram",
+            "--data",
+            "X.npy",
+            "--kernel",
+            "rbf",
+            "--param",
+            "gamma=0.5",
+            "--store",
+            "g.zarr",
+            "--chunk-size",
+            "16",
+            "--scheduler-file",
+            "scheduler.json",
+        )
+        assert done.returncode == 0, done.stderr
+    model = kernelref.load(tmp_path / "ridge.krm")
+    assert type(model).__module__ == "backends.dask.ridge"
+    assert model.store == "gram.zarr"
+    reference = kernelref.KernelRidge(lam=0.1, gamma=0.5).fit(X, t)
+    np.testing.assert_allclose(
+        model.predict(X), reference.predict(X), rtol=1e-9, atol=1e-12
+    )
+
+    from backends.dask.gram_store import GramStore
+
+    store = GramStore.open(tmp_path / "g.zarr", X=X)
+    K = reference.kernel_(X)
+    for i in range(store.n_blocks):
+        for j in range(i + 1):
+            rows, columns = store.block_slice(i), store.block_slice(j)
+            np.testing.assert_allclose(store.block(i, j), K[rows, columns], rtol=1e-12)
+    done = run("info", "g.zarr")
+    assert done.returncode == 0 and "kernelref.gram_store" in done.stdout
+
+
+def make_certificate(directory):
+    """A self-signed certificate for 127.0.0.1, used as the CA and by every party."""
+    key, cert = directory / "key.pem", directory / "cert.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            "2",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+def test_tls_cluster_end_to_end(run, tmp_path):
+    import shutil
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl makes the test's certificates")
+    cert, key = make_certificate(tmp_path)
+    security = distributed.Security(
+        tls_ca_file=str(cert),
+        tls_scheduler_cert=str(cert),
+        tls_scheduler_key=str(key),
+        tls_worker_cert=str(cert),
+        tls_worker_key=str(key),
+        tls_client_cert=str(cert),
+        tls_client_key=str(key),
+        require_encryption=True,
+    )
+    write_csv(tmp_path / "train.csv", X, t)
+    with cluster(protocol="tls", security=security, host="127.0.0.1") as local:
+        address = local.scheduler_address
+        assert address.startswith("tls://")
+        done = run(
+            "fit",
+            "KernelRidge",
+            "--data",
+            "train.csv",
+            "--target",
+            "target",
+            "--backend",
+            "dask",
+            "--scheduler",
+            address,
+            "--tls-ca-file",
+            cert,
+            "--tls-cert",
+            cert,
+            "--tls-key",
+            key,
+            "--param",
+            "gamma=0.5",
+            "--param",
+            "solver=cg",
+            "--param",
+            "chunk_size=16",
+            "--out",
+            "tls.krm",
+        )
+        assert done.returncode == 0, done.stderr
+        done = run(
+            "fit",
+            "KernelRidge",
+            "--data",
+            "train.csv",
+            "--target",
+            "target",
+            "--backend",
+            "dask",
+            "--scheduler",
+            address,
+            "--out",
+            "plain.krm",
+        )
+    assert done.returncode == 2, done.stderr
+    assert f"the scheduler at {address} speaks TLS: give --tls-ca-file" in done.stderr
+    model = kernelref.load(tmp_path / "tls.krm")
+    reference = kernelref.KernelRidge(gamma=0.5).fit(X, t)
+    np.testing.assert_allclose(
+        model.predict(X), reference.predict(X), rtol=1e-5, atol=1e-6
+    )
+
+
+def test_unreachable_scheduler_fails_within_the_timeout(run, tmp_path):
+    write_csv(tmp_path / "train.csv", X, t)
+    started = time.perf_counter()
+    done = run(
+        "fit",
+        "KernelRidge",
+        "--data",
+        "train.csv",
+        "--target",
+        "target",
+        "--backend",
+        "dask",
+        "--scheduler",
+        "tcp://127.0.0.1:9",
+        "--timeout",
+        "1",
+        "--out",
+        "x.krm",
+    )
+    assert done.returncode == 1
+    assert "cannot reach tcp://127.0.0.1:9 within 1 s" in done.stderr
+    assert "raise --timeout" in done.stderr
+    assert time.perf_counter() - started < 60
+    assert not (tmp_path / "x.krm").exists()
