@@ -352,3 +352,17 @@ def evaluate_kernel(kernel, X, Y=None):
     with np.errstate(over="ignore", invalid="ignore"):
         K = kernel(X, Y)
     return check_gram(K, kernel, (n, m), name)
+
+
+def check_same_kind(X, Y, kernel):
+    """Refuse samples `Y` of another type than the samples `X` they are compared
+    with (strings against tuples, say): a kernel on objects would score every
+    such pair as unrelated, and a model fitted on one type would predict
+    nonsense for the other without a word."""
+    kinds_X = sorted({type(x).__name__ for x in X})
+    kinds_Y = sorted({type(y).__name__ for y in Y})
+    if len(X) and len(Y) and kinds_X != kinds_Y:
+        raise TypeError(
+            f"the kernel {type(kernel).__name__} is asked to compare samples of type "
+            f"{kinds_Y} with samples of type {kinds_X} (e.g. those it was fitted on); "
+            "convert them to the same type.")

@@ -12,7 +12,7 @@ import abc
 
 import numpy as np
 
-from kernelref._validation import check_samples
+from kernelref._validation import check_same_kind, check_samples
 from kernelref.kernels.base import Kernel
 
 
@@ -36,6 +36,7 @@ class ObjectKernel(Kernel):
     def __call__(self, X, Y=None):
         X = self.samples(X, "X")
         Y = X if Y is None else self.samples(Y, "Y")
+        check_same_kind(Y, X, self)
         return self._gram(X, Y, symmetric=Y is X)
 
     def diag(self, X):

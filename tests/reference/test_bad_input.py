@@ -255,3 +255,12 @@ def test_refused_refit_leaves_the_earlier_fit_intact():
 def test_kernel_pca_declares_transformer_tags():
     pytest.importorskip("sklearn")
     assert KernelPCA().__sklearn_tags__().transformer_tags is not None
+
+
+def test_kernel_on_strings_refuses_tuples_after_fitting_on_strings():
+    from kernelref.structured.strings import SpectrumKernel
+
+    words = ["abca", "bcab", "aaab", "bbba", "abab", "baba"]
+    model = SVC(kernel=SpectrumKernel(2)).fit(words, [0, 1, 0, 1, 0, 1])
+    with pytest.raises(TypeError, match=r"type \['tuple'\] with samples of type \['str'\]"):
+        model.predict([tuple("abca")])
