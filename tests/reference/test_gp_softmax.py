@@ -270,3 +270,34 @@ def test_bad_input_is_refused():
         model.predict_proba(X, method="probit")
     with pytest.raises(ValueError):
         model.predict(X[:, :1])
+
+
+def test_two_class_softmax_is_the_binary_model_on_the_difference():
+    """With C = 2 only g = f¹ − f² enters the likelihood, σ(g), and g ~ GP(0, 2k);
+    the orthogonal direction f¹ + f² keeps its Gaussian prior, which the Laplace
+    approximation integrates exactly. So the softmax evidence equals the binary
+    Laplace evidence with kernel 2k, and the predictive g has the binary moments."""
+    from kernelref.gp_classify import laplace_mode, latent_predictive
+
+    two = y < 2
+    X2, t2 = X[two], (y[two] == 0).astype(float)
+    Y2 = np.vstack([t2, 1 - t2])
+    K2 = KERNEL(X2)
+    softmax_mode = softmax_laplace_mode(K2, Y2)
+    binary_mode = laplace_mode(2 * K2, t2)
+    assert softmax_mode.log_evidence == pytest.approx(
+        binary_mode.log_evidence, abs=1e-9
+    )
+    np.testing.assert_allclose(
+        softmax_mode.f[0] - softmax_mode.f[1], binary_mode.f, atol=1e-8
+    )
+    X_star = rng.normal(size=(5, 2))
+    mean, cov = softmax_predictive(
+        KERNEL(X_star, X2), KERNEL.diag(X_star), Y2, softmax_mode
+    )
+    g_mean, g_var = latent_predictive(
+        2 * KERNEL(X_star, X2), 2 * KERNEL.diag(X_star), t2, binary_mode
+    )
+    np.testing.assert_allclose(mean[:, 0] - mean[:, 1], g_mean, atol=1e-9)
+    g_var_softmax = cov[:, 0, 0] + cov[:, 1, 1] - 2 * cov[:, 0, 1]
+    np.testing.assert_allclose(g_var_softmax, g_var, atol=1e-9)
