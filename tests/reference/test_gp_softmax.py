@@ -301,3 +301,20 @@ def test_two_class_softmax_is_the_binary_model_on_the_difference():
     np.testing.assert_allclose(mean[:, 0] - mean[:, 1], g_mean, atol=1e-9)
     g_var_softmax = cov[:, 0, 0] + cov[:, 1, 1] - 2 * cov[:, 0, 1]
     np.testing.assert_allclose(g_var_softmax, g_var, atol=1e-9)
+
+
+def test_model_file_round_trip(tmp_path):
+    """A fitted softmax GPC with a composite ARD kernel saves as data and loads
+    to the same predictions; the kernel also survives spec() → from_spec()."""
+    from kernelref.io import load, save
+    from kernelref.kernels import ExpSineSquared, Kernel, RationalQuadratic
+
+    kernel = 1.5 * Matern([0.8, 1.4], nu=2.5) + RationalQuadratic(1.0, 2.0) * (
+        ExpSineSquared(2.0, 3.0, periodicity_bounds="fixed")
+    )
+    model = SoftmaxGaussianProcessClassifier(kernel, optimizer=None).fit(X, y)
+    save(model, tmp_path / "softmax.kref")
+    loaded = load(tmp_path / "softmax.kref")
+    np.testing.assert_array_equal(loaded.predict_proba(X), model.predict_proba(X))
+    assert loaded.kernel_ == model.kernel_
+    assert Kernel.from_spec(kernel.spec()) == kernel
