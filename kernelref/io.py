@@ -195,7 +195,9 @@ def _encode(value, arrays, where):
     if _is_sparse(value):
         csr = value.tocsr()
         return {
-            "sparse": "csr",
+            "sparse": "csr_array"
+            if type(value).__name__.endswith("array")
+            else "csr_matrix",
             "shape": list(csr.shape),
             "parts": [
                 _encode(getattr(csr, name), arrays, f"{where}.{name}")
@@ -389,10 +391,13 @@ def _decode(node, arrays):
             out[i] = _decode(item, arrays)
         return out.reshape(node["shape"])
     if key == "sparse":
-        from scipy.sparse import csr_matrix
+        import scipy.sparse
 
+        kind = "csr_array" if node["sparse"] == "csr_array" else "csr_matrix"
         data, indices, indptr = (_decode(part, arrays) for part in node["parts"])
-        return csr_matrix((data, indices, indptr), shape=tuple(node["shape"]))
+        return getattr(scipy.sparse, kind)(
+            (data, indices, indptr), shape=tuple(node["shape"])
+        )
     containers = {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}
     if key in containers:
         return containers[key](_decode(v, arrays) for v in value)

@@ -253,3 +253,43 @@ def test_unsaveable_attribute_is_named(tmp_path):
     with pytest.raises(TypeError, match="cannot save model.optimizer: a .*function"):
         model.save(tmp_path / "gpc.krm")
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("kind", ["csr_matrix", "csr_array"])
+def test_sparse_training_data_round_trip(kind, tmp_path):
+    import scipy.sparse
+
+    X_sparse = getattr(scipy.sparse, kind)(np.where(np.abs(X) > 0.7, X, 0.0))
+    model = SVC(kernel="linear").fit(X_sparse, y2)
+    loaded = kernelref.load(model.save(tmp_path / "sparse.krm"))
+    assert type(loaded.support_vectors_) is type(model.support_vectors_)
+    assert (loaded.support_vectors_ != model.support_vectors_).nnz == 0
+    assert np.array_equal(
+        loaded.decision_function(X_sparse), model.decision_function(X_sparse)
+    )
+
+
+def test_backend_model_loads_as_its_reference_class_without_the_backend(
+    tmp_path, monkeypatch
+):
+    backend = pytest.importorskip("backends.dask")
+    reference = KernelRidge(lam=0.1, gamma=0.5).fit(X, t)
+    model = backend.KernelRidge(lam=0.1, gamma=0.5, chunk_size=16, solver="cg")
+    for name in ("dual_coef_", "X_fit_", "kernel_", "n_features_in_"):
+        setattr(model, name, getattr(reference, name))
+    path = model.save(tmp_path / "backend.krm")
+    assert type(kernelref.load(path)) is backend.KernelRidge
+    assert io.read_header(path)["model"]["reference"] == "kernelref.ridge:KernelRidge"
+
+    resolve = io._resolve
+
+    def without_backends(path, base):
+        if path.startswith("backends."):
+            raise ImportError("No module named 'dask'")
+        return resolve(path, base)
+
+    monkeypatch.setattr(io, "_resolve", without_backends)
+    loaded = kernelref.load(path)
+    assert type(loaded) is KernelRidge
+    assert loaded.get_params() == reference.get_params()
+    assert np.array_equal(loaded.predict(X_new), reference.predict(X_new))
