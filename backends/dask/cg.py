@@ -325,8 +325,9 @@ class ConjugateGradients:
             rz=np.einsum("ij,ij->j", R, Z),
             active=active,
             residual=residual,
-            rz0=np.einsum("ij,ij->j", R, Z),
         )
+        if "rz0" not in state:  # r₀ᵀM⁻¹r₀ of the first run: the probes' ‖z‖²_M⁻¹
+            state["rz0"] = state["rz"].copy()
         if not active.any():
             state["phase"] = "done"
         elif state["n_iter"] >= self.max_iter:
