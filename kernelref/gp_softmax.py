@@ -85,7 +85,7 @@ def _cholesky(A, what):
 
 def class_factors(K, pi):
     """E_c = D_c^½ B_c⁻¹ D_c^½ with B_c = I + D_c^½KD_c^½ = L_cL_cᵀ, z_c = Σ_i log
-    (L_c)_ii, and M = cholesky(Σ_c E_c): Algorithm 3.3, lines 5–9 (label
+    (L_c)_ii, and M = cholesky(Σ_c E_c), as in GPML Algorithm 3.3 (label
     ``gpcm-inverse``). E_c = (K + D_c⁻¹)⁻¹, formed without inverting D_c."""
     C, n = pi.shape
     E = np.empty((C, n, n))
@@ -115,8 +115,8 @@ def psi(K, A, Y):
 
 
 def newton_step(K, A, Y):
-    """The Newton iterate a_new with f_new = K a_new (label ``gpcm-newton``):
-    Algorithm 3.3, lines 10–12.
+    """The Newton iterate a_new with f_new = K a_new (label ``gpcm-newton``),
+    the body of GPML Algorithm 3.3's loop.
 
     f_new = (K⁻¹ + W)⁻¹b, b = Wf + y − π, is K(b − (K + W⁻¹)⁻¹Kb), and with
     (gpcm-inverse) a_new = b − c + ER(Σ_c E_c)⁻¹Rᵀc, c = EKb.
@@ -124,10 +124,10 @@ def newton_step(K, A, Y):
     F = A @ K
     pi = softmax(F, axis=0)
     E, _, M = class_factors(K, pi)
-    b = curvature_times(pi, F) + Y - pi  # line 10
-    c = np.einsum("cij,cj->ci", E, b @ K)  # line 11: E K b, K symmetric
-    q = cho_solve((M, True), c.sum(axis=0), check_finite=False)
-    return b - c + E @ q  # line 12
+    b = curvature_times(pi, F) + Y - pi
+    c = np.einsum("cij,cj->ci", E, b @ K)  # E K b, K symmetric
+    q = cho_solve((M, True), c.sum(axis=0), check_finite=False)  # (Σ E_c)⁻¹Rᵀc
+    return b - c + E @ q
 
 
 def softmax_laplace_mode(K, Y, *, max_iter=100, tol=TOL):
@@ -204,7 +204,7 @@ def softmax_evidence_gradient(kernel, X, K, Y, mode):
 
 def softmax_predictive(K_star, k_star_star, Y, mode):
     """Mean (m, C) and covariance (m, C, C) of the test latents f_*: GPML
-    Algorithm 3.4, lines 7–13 (label ``gpcm-predictive``).
+    Algorithm 3.4 (label ``gpcm-predictive``).
 
     μ^c = k_*ᵀ(y_c − π̂_c) and Σ = diag(k(x_*, x_*)) − Q_*ᵀ(K + W⁻¹)⁻¹Q_*,
     Q_* = diag(k_*, …, k_*); with (gpcm-inverse) the (c, c′) entry is
@@ -221,8 +221,8 @@ def softmax_predictive(K_star, k_star_star, Y, mode):
 
 
 def monte_carlo_probabilities(mean, cov, n_samples, rng):
-    """E[softmax(f_*)] under N(mean, cov) by averaging over `n_samples` draws:
-    GPML Algorithm 3.4, lines 14–18. Each draw's probabilities sum to one, so
+    """E[softmax(f_*)] under N(mean, cov) by averaging over `n_samples` draws,
+    as GPML Algorithm 3.4 ends. Each draw's probabilities sum to one, so
     their average does too."""
     m, C = mean.shape
     # cov may be singular to rounding (the latents of a point are coupled): the
