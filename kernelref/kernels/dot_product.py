@@ -2,7 +2,7 @@
 regression with a bias as a kernel.
 
 k(x, x′) = σ₀² + xᵀx′ (label ``kernel-dot-product``) is the covariance of
-f(x) = w₀ + wᵀx with w₀ ~ N(0, σ₀²) and w ~ N(0, I) (GPML eq. 4.21 with Σ_p = I).
+f(x) = w₀ + wᵀx with w₀ ~ N(0, σ₀²) and w ~ N(0, I) (GPML §4.2).
 The parametrisation is scikit-learn's ``DotProduct(sigma_0)``; the learnable
 hyperparameter is σ₀, with ∂k/∂log σ₀ = 2σ₀². Multiply by a ``Constant`` for the
 prior variance of w, or raise to a power with ``PolynomialOf``.

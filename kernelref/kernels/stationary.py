@@ -25,7 +25,7 @@ from kernelref.kernels.base import DEFAULT_BOUNDS, Kernel, as_2d
 
 __all__ = ["ExpSineSquared", "Matern", "RationalQuadratic"]
 
-#: The orders ν of the Matérn kernel that have the closed forms of GPML eq. 4.17.
+#: The orders ν of the Matérn kernel with the closed forms used here (GPML §4.2).
 MATERN_NUS = (0.5, 1.5, 2.5)
 
 
