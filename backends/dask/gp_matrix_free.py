@@ -24,14 +24,32 @@ derivative tiles are elementwise maps of the kernel tile: ∂K/∂log c = K and
 ∂K/∂log γ = K ∘ log(K/c).
 """
 
+import pathlib
+import shutil
+import tempfile
+import weakref
+
 import numpy as np
 from scipy.linalg import cho_factor, eigh_tridiagonal
 
 from backends.dask import cg as _cg
 from backends.dask.blocks import kernel_block, reusable_buffer
-from backends.dask.runtime import map_chunks
+from backends.dask.runtime import FitStore, map_chunks
+from kernelref._validation import (
+    check_integer,
+    check_positive,
+    check_samples,
+    check_targets,
+    record_n_features,
+)
+from kernelref.gp import GaussianProcessRegressor as ReferenceGaussianProcessRegressor
 
-__all__ = ["MatrixFreeEvidence", "lanczos_tridiagonal", "slq_log_quadrature"]
+__all__ = [
+    "MatrixFreeEvidence",
+    "MatrixFreeGaussianProcessRegressor",
+    "lanczos_tridiagonal",
+    "slq_log_quadrature",
+]
 
 LOG_2PI = np.log(2.0 * np.pi)
 
@@ -109,7 +127,10 @@ class MatrixFreeEvidence:
     has rank ``rank``. The probes' random numbers are fixed by ``random_state``
     and reused at every θ (a smooth estimate along an optimisation), and α is
     warm started from the previous evaluation. After ``evaluate``, ``alpha``,
-    ``n_iter`` (CG iterations) and ``logdet`` hold the last results.
+    ``n_iter`` (CG iterations), ``logdet`` and the standard errors of the probe
+    averages (``logdet_std_error``; ``gradient_std_error`` per component, of
+    the gradient) hold the last results: log p's error bar is half the
+    log-determinant's.
     """
 
     def __init__(
@@ -166,6 +187,8 @@ class MatrixFreeEvidence:
             state = solver.step(state)
         result = solver.result(state, T.shape, stacklevel=3)
         self.n_iter = result.n_iter
+        # iterations of the mean's column alone (its first run): what warm starts cut
+        self.alpha_iterations = int(np.isfinite(state["alphas"][:, 0]).sum())
         A_inv = result.a
         alpha, U = A_inv[:, 0], A_inv[:, 1:]
         quadratures = [
@@ -178,6 +201,9 @@ class MatrixFreeEvidence:
             for j in range(self.n_probes)
         ]
         self.logdet = logdet_M + float(np.mean(quadratures))
+        # standard errors of the probe averages: the estimates' own error bars
+        m = self.n_probes
+        self.logdet_std_error = float(np.std(quadratures, ddof=1) / np.sqrt(m))
         self.alpha = alpha
         lml = -0.5 * t @ alpha - 0.5 * self.logdet - 0.5 * n * LOG_2PI
         if not eval_gradient:
@@ -195,5 +221,147 @@ class MatrixFreeEvidence:
         )
         dK_W = np.concatenate(parts, axis=1)  # (p, n, 1 + m)
         data_fit = dK_W[:, :, 0] @ alpha
-        traces = np.einsum("pnj,nj->p", dK_W[:, :, 1:], U) / self.n_probes
-        return lml, 0.5 * data_fit - 0.5 * traces
+        samples = np.einsum("pnj,nj->pj", dK_W[:, :, 1:], U)
+        self.gradient_std_error = 0.5 * np.std(samples, axis=1, ddof=1) / np.sqrt(m)
+        return lml, 0.5 * data_fit - 0.5 * samples.mean(axis=1)
+
+
+class MatrixFreeGaussianProcessRegressor(ReferenceGaussianProcessRegressor):
+    """GP regression with ML-II, matrix-free (the ``solver="cg"`` path).
+
+    The reference estimator (``kernelref.gp``) with ``_evidence`` replaced by
+    ``MatrixFreeEvidence``: the inputs go into a fit store once, every
+    evaluation streams kernel tiles, α is warm started from the previous θ and
+    the probes are the same at every θ. ``predict`` returns the mean k*ᵀα
+    (``gp-predictive-mean``); variances need the exact path.
+
+    Parameters beyond the reference's: ``n_probes``, ``lanczos_steps``, ``tol``
+    (CG), ``rank`` (pivoted-Cholesky preconditioner), ``max_iter``, ``store``,
+    ``chunk_size``, ``address``.
+
+    Attributes beyond the reference's: ``n_evaluations_``, ``n_iter_`` (CG
+    iterations of the last evaluation), ``log_det_`` (its estimate of
+    log|K + σ²I|).
+    """
+
+    def __init__(
+        self,
+        kernel=None,
+        noise=1e-10,
+        optimizer="L-BFGS-B",
+        n_restarts=0,
+        normalize_y=False,
+        random_state=None,
+        store=None,
+        chunk_size=4096,
+        address=None,
+        n_probes=10,
+        lanczos_steps=None,
+        tol=1e-6,
+        rank=100,
+        max_iter=_cg.DEFAULT_MAX_ITER,
+    ):
+        super().__init__(
+            kernel=kernel,
+            noise=noise,
+            optimizer=optimizer,
+            n_restarts=n_restarts,
+            normalize_y=normalize_y,
+            random_state=random_state,
+        )
+        self.store = store
+        self.chunk_size = chunk_size
+        self.address = address
+        self.n_probes = n_probes
+        self.lanczos_steps = lanczos_steps
+        self.tol = tol
+        self.rank = rank
+        self.max_iter = max_iter
+
+    def _check_matrix_free_args(self):
+        for name in ("n_probes", "rank", "max_iter", "chunk_size"):
+            check_integer(
+                getattr(self, name), name, meaning="It must be a positive count."
+            )
+        if self.lanczos_steps is not None:
+            check_integer(
+                self.lanczos_steps,
+                "lanczos_steps",
+                meaning="It truncates the Lanczos quadrature (None: all steps).",
+            )
+        tol = check_positive(self.tol, "tol", meaning="It is the CG relative residual.")
+        if tol >= 1:
+            raise ValueError(f"tol must be < 1 (a relative residual); got {tol!r}.")
+
+    def _evidence(self, kernel, X, t, noise, eval_gradient):
+        self.n_evaluations_ += 1
+        return self._matrix_free.evaluate(kernel, eval_gradient)
+
+    def fit(self, X, y):
+        """ML-II on the matrix-free evidence, then α at the chosen θ."""
+        from backends.dask.cluster import get_client
+
+        self._check_matrix_free_args()
+        kernel, noise = self._validate_params()
+        rbf_parts(kernel)
+        X = check_samples(X, kernel, "X")
+        t = check_targets(y, X.shape[0], "y")
+        if t.ndim != 1:
+            raise ValueError(
+                f"y must be 1-D for the matrix-free GP; got shape {t.shape}."
+            )
+        y_mean, y_std = (t.mean(), t.std() or 1.0) if self.normalize_y else (0.0, 1.0)
+        t = (t - y_mean) / y_std
+        client = get_client(self.address)
+        path = None if self.store is None else pathlib.Path(self.store)
+        if path is None:
+            directory = tempfile.mkdtemp(prefix="kernelref-gp-cg-")
+            weakref.finalize(self, shutil.rmtree, directory, True)
+            path = pathlib.Path(directory) / "fit.zarr"
+        store = FitStore.prepare(
+            path,
+            X,
+            identity={"estimator": "gp_matrix_free"},
+            chunk_size=self.chunk_size,
+            client=client,
+        )
+        seed = 0 if self.random_state is None else self.random_state
+        self._matrix_free = MatrixFreeEvidence(
+            client,
+            store,
+            X,
+            t,
+            noise,
+            self.n_probes,
+            self.lanczos_steps,
+            self.tol,
+            self.rank,
+            self.max_iter,
+            seed,
+        )
+        self.n_evaluations_ = 0
+        if self.optimizer is not None and kernel.theta.size:
+            kernel = kernel.clone_with_theta(
+                self._maximise_evidence(kernel, X, t, noise)
+            )
+        lml = self._evidence(kernel, X, t, noise, False)
+        self.kernel_, self._noise, self.alpha_ = kernel, noise, self._matrix_free.alpha
+        self._y_mean, self._y_std = y_mean, y_std
+        self.log_marginal_likelihood_value_ = lml
+        self.log_det_, self.n_iter_ = self._matrix_free.logdet, self._matrix_free.n_iter
+        self.X_train_, self.y_train_ = X.copy(), t
+        record_n_features(self, X)
+        return self
+
+    def predict(self, X, return_std=False, return_cov=False):
+        if return_std or return_cov:
+            raise NotImplementedError(
+                "the matrix-free GP predicts the mean only; for return_std or return_cov "
+                "use backends.dask.gp.GaussianProcessRegressor (the exact path)."
+            )
+        return super().predict(X)
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("_matrix_free", None)
+        return state
