@@ -379,13 +379,14 @@ def _refuse_mismatch(path, existing, wanted):
             f"{existing.get('format_version')}, this library writes "
             f"{wanted['format_version']}; {fix}."
         )
-    if (
-        existing["data"] != wanted["data"]
-        or existing["chunk_size"] != wanted["chunk_size"]
-    ):
+    names = sorted(set(existing["data"]) | set(wanted["data"]))
+    differ = [k for k in names if existing["data"].get(k) != wanted["data"].get(k)]
+    if existing["chunk_size"] != wanted["chunk_size"]:
+        differ.append("chunk_size")
+    if differ:
         raise ValueError(
-            f"the fit store {str(path)!r} holds other data (or another chunk_size) "
-            f"than this fit: stored {_summary(existing)}, given {_summary(wanted)}; "
+            f"the fit store {str(path)!r} holds other data than this fit (it differs "
+            f"in {differ}): stored {_summary(existing)}, given {_summary(wanted)}; "
             f"{fix}."
         )
     if existing["identity"] != wanted["identity"]:

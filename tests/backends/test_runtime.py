@@ -1,0 +1,115 @@
+"""The shared runtime of long fits: the fit store, checkpoints, the loop, progress."""
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("zarr")
+
+from backends.dask.runtime import FitStore, Progress, Record, read_chunk, run_loop
+
+
+def store_for(path, X, identity=None, **arrays):
+    return FitStore.prepare(
+        path,
+        X,
+        identity=identity or {"fit": "test"},
+        chunk_size=64,
+        client=None,
+        arrays=arrays,
+    )
+
+
+def test_data_is_written_once_in_row_chunks_and_read_back(tmp_path):
+    X = np.random.default_rng(0).normal(size=(300, 3))
+    y = np.arange(300.0)
+    store = store_for(tmp_path / "s", X, y=y)
+    assert store.n_chunks == 5 and store.rows(4) == slice(256, 300)
+    np.testing.assert_array_equal(
+        np.concatenate([read_chunk(store.x_ref, i) for i in range(5)]), X
+    )
+    np.testing.assert_array_equal(store.read("y"), y)
+    again = store_for(tmp_path / "s", X, y=y)
+    assert again.x_ref == store.x_ref, "the same data is not written again"
+
+
+def test_store_of_other_data_or_another_fit_is_refused(tmp_path):
+    X = np.ones((100, 2))
+    store_for(tmp_path / "s", X, {"fit": "svc", "C": 1.0})
+    with pytest.raises(ValueError, match=r"holds other data.*\['X'\]"):
+        store_for(tmp_path / "s", X + 1, {"fit": "svc", "C": 1.0})
+    with pytest.raises(ValueError, match=r"holds another fit.*\['C'\]"):
+        store_for(tmp_path / "s", X, {"fit": "svc", "C": 2.0})
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="not a kernelref fit store"):
+        store_for(tmp_path / "other", X)
+
+
+def test_checkpoints_round_trip_and_a_damaged_one_is_refused(tmp_path):
+    store = store_for(tmp_path / "s", np.ones((10, 2)))
+    assert store.load_state() is None
+    state = {"alpha": np.arange(5.0), "previous": np.array([], np.int64), "gap": 0.5}
+    store.save_state(state, 7)
+    loaded, iteration = store.load_state()
+    assert iteration == 7 and loaded["gap"] == 0.5
+    np.testing.assert_array_equal(loaded["alpha"], state["alpha"])
+    assert loaded["previous"].dtype == np.int64 and loaded["previous"].size == 0
+    store.save_state({**state, "gap": 0.25}, 8)
+    assert len(list(store.path.glob("state-*"))) == 1, "older checkpoints are removed"
+    record = json.loads((store.path / "state.checkpoint.json").read_text())
+    record["sha256"]["alpha"] = "0" * 64
+    (store.path / "state.checkpoint.json").write_text(json.dumps(record))
+    with pytest.raises(ValueError, match="checkpoint.*damaged.*resume=False"):
+        store.load_state()
+    store.discard_state()
+    assert store.load_state() is None
+
+
+class Counter:
+    """A fit that adds one per step and stops at `stop`."""
+
+    measure_name, size_name = "left", "count"
+
+    def __init__(self, stop, fail_at=None):
+        self.stop, self.fail_at, self.starts = stop, fail_at, 0
+
+    def start(self):
+        self.starts += 1
+        return {"x": np.zeros(3), "k": 0}
+
+    def step(self, state):
+        if state["k"] + 1 == self.fail_at:
+            raise KeyboardInterrupt
+        return {"x": state["x"] + 1, "k": state["k"] + 1}
+
+    def done(self, state):
+        return state["k"] >= self.stop
+
+    def measure(self, state):
+        return float(self.stop - state["k"]), int(state["k"])
+
+
+def test_an_interrupted_loop_resumes_from_its_last_complete_state(tmp_path):
+    store = store_for(tmp_path / "s", np.ones((10, 2)))
+    with pytest.raises(KeyboardInterrupt):
+        run_loop(Counter(10, fail_at=4), store, progress=False, checkpoint_seconds=1e9)
+    assert store.load_state()[1] == 3, "the state before the failed step is saved"
+    fit = Counter(10)
+    records = []
+    state, n_iter = run_loop(fit, store, progress=records.append)
+    assert fit.starts == 0 and n_iter == 10 and state["k"] == 10
+    assert [r.iteration for r in records] == list(range(4, 11))
+    assert isinstance(records[0], Record) and records[-1].measure == 0.0
+    fresh = Counter(10)
+    run_loop(fresh, store, progress=False, resume=False)
+    assert fresh.starts == 1
+
+
+def test_progress_refuses_what_it_cannot_use():
+    with pytest.raises(TypeError, match="progress must be"):
+        Progress("yes", "fit")
+    with Progress(False, "fit") as quiet:
+        quiet.update(1, 0.5, 3)
+        assert quiet.bar is None
