@@ -90,18 +90,24 @@ def _factor_tile(K, L, lam, i, j, b, *written):
     record_chunk(L, (i, j))     # checked before the factor is reused (integrity)
 
 
-def tiled_cholesky(K, lam, L, client):
+def tiled_cholesky(K, lam, L, client, order="right"):
     """Write the lower Cholesky factor of K + λI into ``L``, tile by tile, on the cluster.
 
     ``K`` and ``L`` are Zarr arrays of the same shape and square chunking (``K``
     may instead be a tile source, see ``_tile``); only the tiles on and below the
     diagonal of K are read. Raises ``LinAlgError`` naming the
-    failing tile if K + λI is not positive definite.
+    failing tile if K + λI is not positive definite. ``order`` is "right"
+    (right-looking with lookahead, ``_right_looking``) or "left" (one task per
+    factor tile, as described in the module's docstring).
     """
     n, b = K.shape[0], K.chunks[0]
     if L.shape != K.shape or tuple(L.chunks) != tuple(K.chunks):
         raise ValueError(f"the factor array must have K's shape {K.shape} and chunks "
                          f"{K.chunks}; got {L.shape} and {L.chunks}.")
+    if order not in ("right", "left"):
+        raise ValueError(f"order must be 'right' or 'left'; got {order!r}.")
+    if order == "right":
+        return _right_looking(K, lam, L, client)
     T = n_blocks(n, b)
     run = uuid.uuid4().hex[:8]
     tasks = {}
@@ -113,6 +119,117 @@ def tiled_cholesky(K, lam, L, client):
             tasks[i, j] = client.submit(_factor_tile, K, L, lam, i, j, b, *needs,
                                         key=f"cholesky-tile-{i}-{j}-{run}")
     _wait_all(client, list(tasks.values()))
+    return L
+
+
+# -- right-looking, with lookahead -------------------------------------------------
+# The left-looking order's critical path is long: the diagonal tile of column j
+# accumulates j products, and column j + 1 cannot start before it, so about T²
+# tile products lie on the path of T³/6 and the two workers often wait. The
+# right-looking order applies each column's update to the trailing matrix as
+# soon as that column is factored,
+#
+#     A⁽ᵏ⁺¹⁾_ij = A⁽ᵏ⁾_ij − L_ik L_jkᵀ,   i ≥ j > k      (one task per tile and k)
+#     L_kk = chol(A⁽ᵏ⁾_kk + λI),   L_ik = A⁽ᵏ⁾_ik L_kk⁻ᵀ   (A⁽⁰⁾ = K)
+#
+# so its critical path is about 3T tile operations. Priorities give lookahead:
+# the tasks that produce column k + 1 (its updates, POTRF and TRSMs) outrank the
+# rest of step k's updates, so the next panel is ready while the workers are
+# still busy with the trailing matrix. An update cannot be applied in place and
+# stay safe to rerun (a rerun would subtract twice), so A⁽ᵏ⁺¹⁾_ij is a new file
+# ``<i>-<j>.<k+1>.npy`` in a work directory beside L, written atomically; the
+# task that finds a later version already written does nothing, and the version
+# it read is then deleted, so one version per trailing tile is kept on disk.
+def _version_path(work, i, j, k):
+    return work / f"{i}-{j}.{k}.npy"
+
+
+def _latest_version(work, i, j):
+    versions = [int(p.name.split(".")[1]) for p in work.glob(f"{i}-{j}.*.npy")]
+    return max(versions, default=0)
+
+
+def _trailing_tile(K, work, i, j, k, b):
+    """A⁽ᵏ⁾_ij: K's tile for k = 0, else the version written by the k-th update."""
+    if k == 0:
+        return _tile(K, i, j, b)
+    return np.load(_version_path(work, i, j, k))
+
+
+def _save_version(work, i, j, k, A):
+    import os
+
+    path = _version_path(work, i, j, k)
+    temporary = work / f".{i}-{j}.{k}.{uuid.uuid4().hex}.npy"
+    np.save(temporary, A)
+    os.replace(temporary, path)
+
+
+def _update_task(K, L, work, i, j, k, b, *written):
+    """A⁽ᵏ⁺¹⁾_ij = A⁽ᵏ⁾_ij − L_ik L_jkᵀ, unless a version after k exists (a rerun)."""
+    if _latest_version(work, i, j) > k:
+        return
+    A = _trailing_tile(K, work, i, j, k, b)
+    L_ik = _tile(L, i, k, b)
+    A -= L_ik @ (L_ik if i == j else _tile(L, j, k, b)).T
+    _save_version(work, i, j, k + 1, A)
+    if k > 0:
+        _version_path(work, i, j, k).unlink(missing_ok=True)
+
+
+def _panel_task(K, L, lam, work, i, k, b, *written):
+    """L_kk = chol(A⁽ᵏ⁾_kk + λI) (i = k) or L_ik = A⁽ᵏ⁾_ik L_kk⁻ᵀ (i > k)."""
+    A = _trailing_tile(K, work, i, k, k, b)
+    if i == k:
+        A.flat[:: len(A) + 1] += lam
+        try:
+            tile = cholesky(A, lower=True, check_finite=False)
+        except LinAlgError:
+            raise LinAlgError(
+                f"K + lam*I is not positive definite: the Cholesky factorisation failed on "
+                f"diagonal tile {k} (rows {k * b} to {k * b + len(A) - 1}) with lam={lam!r}. "
+                "The kernel is not positive semi-definite on this data; use a larger lam, "
+                "a positive semi-definite kernel, or kernelref.ridge.KernelRidge, which "
+                "falls back to an LDL^T factorisation.") from None
+    else:
+        tile = solve_triangular(_tile(L, k, k, b), A.T, lower=True, check_finite=False).T
+    n = L.shape[0]
+    L[block_slice(i, n, b), block_slice(k, n, b)] = tile
+    record_chunk(L, (i, k))     # checked before the factor is reused (integrity)
+
+
+def _right_looking(K, lam, L, client):
+    """Right-looking tiled Cholesky with lookahead (see the comment above)."""
+    import pathlib
+    import shutil
+
+    n, b = K.shape[0], K.chunks[0]
+    T = n_blocks(n, b)
+    run = uuid.uuid4().hex[:8]
+    work = pathlib.Path(L.store.root) / L.path / f"work-{run}"
+    work.mkdir(parents=True)
+    panel, update = {}, {}
+    try:
+        for k in range(T):
+            # priority: the column a task produces, earliest first; panels first
+            for i in range(k, T):
+                needs = [panel[k, k]] if i > k else []
+                if k > 0:
+                    needs.append(update[i, k, k - 1])
+                panel[i, k] = client.submit(
+                    _panel_task, K, L, lam, work, i, k, b, *needs,
+                    key=f"cholesky-panel-{i}-{k}-{run}", priority=3 * (T - k) + 2)
+            for j in range(k + 1, T):
+                for i in range(j, T):
+                    needs = [panel[i, k], panel[j, k]]
+                    if k > 0:
+                        needs.append(update[i, j, k - 1])
+                    update[i, j, k] = client.submit(
+                        _update_task, K, L, work, i, j, k, b, *needs,
+                        key=f"cholesky-update-{i}-{j}-{k}-{run}", priority=3 * (T - j))
+        _wait_all(client, list(panel.values()) + list(update.values()))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     return L
 
 

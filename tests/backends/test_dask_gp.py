@@ -175,6 +175,30 @@ def test_bad_arguments_are_refused(kwargs, error, match):
         GaussianProcessRegressor(optimizer=None, **kwargs).fit(X, y)
 
 
+def test_right_looking_update_is_safe_to_rerun(tmp_path):
+    """A rerun update task (a worker lost after it wrote) must not subtract twice."""
+    from backends.dask import linalg
+
+    rng = np.random.default_rng(8)
+    A = rng.normal(size=(40, 40))
+    K = A @ A.T
+    n, b = 40, 20
+    K_store = linalg.create_factor(str(tmp_path / "K"), n, b)
+    K_store[...] = K
+    L = linalg.create_factor(str(tmp_path / "L"), n, b)
+    work = tmp_path / "work"
+    work.mkdir()
+    linalg._panel_task(K_store, L, 0.0, work, 0, 0, b)
+    linalg._panel_task(K_store, L, 0.0, work, 1, 0, b)
+    linalg._update_task(K_store, L, work, 1, 1, 0, b)
+    first = np.load(work / "1-1.1.npy")
+    linalg._update_task(K_store, L, work, 1, 1, 0, b)  # the rerun
+    np.testing.assert_array_equal(np.load(work / "1-1.1.npy"), first)
+    linalg._panel_task(K_store, L, 0.0, work, 1, 1, b)
+    linalg._panel_task(K_store, L, 0.0, work, 1, 1, b)  # a rerun of the panel too
+    np.testing.assert_allclose(L[...], np.linalg.cholesky(K), rtol=0, atol=1e-10)
+
+
 # -- a memory limit below the Gram matrix, and a worker killed mid-fit ------------------
 def worker_functions():
     def resident_bytes():
