@@ -14,15 +14,18 @@ every tile is one task on the cluster. A task reads its K tile and the factor
 tiles it needs from Zarr one at a time and writes its own factor tile, so a
 worker holds at most four tiles, whatever N is.
 
-Scheduling. All T(T+1)/2 tasks are submitted at once with their data
-dependencies, and the client waits once: the scheduler starts every tile whose
-inputs are written, so the tiles below a diagonal tile, and the accumulations of
-later columns, run in parallel on all workers with no round trip per step. The
-updates are accumulated by the tile that receives them (left-looking) rather
-than applied in place to the trailing matrix (right-looking): each factor tile
-is then written exactly once from final inputs, so a task that the scheduler
-reruns after losing a worker writes the same tile again instead of subtracting
-an update twice.
+Scheduling. All tasks are submitted at once with their data dependencies, and
+the client waits once: the scheduler starts every task whose inputs are
+written, with no round trip per step. The default order is right-looking with
+lookahead (``_right_looking``): each factored column's update is applied to the
+trailing matrix at once, one task per tile and step, the next panel's tasks
+first, so the critical path is about 3T tile operations and both workers stay
+busy; the updated trailing tiles are written as new versions, never in place,
+so a task that the scheduler reruns after losing a worker cannot subtract an
+update twice. ``order="left"`` keeps the left-looking order, where the updates
+are accumulated by the tile that receives them (one task per factor tile, each
+written once from final inputs) at the cost of a critical path of about T²
+tile products.
 
 The triangular solves L z = t and Lᵀ a = z are blocked the same way: one task
 per off-diagonal tile multiplies it with a solved block, one task per diagonal
