@@ -119,7 +119,20 @@ class BaseEstimator(ParamsMixin):
         elif self._estimator_type == "classifier":
             tags.classifier_tags = ClassifierTags()
         tags.input_tags.pairwise = getattr(self, "kernel", None) == "precomputed"
+        tags.input_tags.sparse = self._takes_sparse()
         return tags
+
+    #: True for the estimators whose fit takes scipy.sparse X when its kernel does
+    #: (``accept_sparse=accepts_sparse(kernel)``); ``kernel=None`` means RBF there.
+    sparse_input = False
+
+    def _takes_sparse(self):
+        if not self.sparse_input:
+            return False
+        from kernelref.kernels import accepts_sparse
+
+        kernel = getattr(self, "kernel", None)
+        return accepts_sparse("rbf" if kernel is None else kernel)
 
 
 class RegressorMixin:

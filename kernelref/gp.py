@@ -170,6 +170,8 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         Training inputs and targets (standardised if ``normalize_y``).
     """
 
+    sparse_input = True
+
     def __init__(self, kernel=None, noise=1e-10, optimizer="L-BFGS-B", n_restarts=0,
                  normalize_y=False, random_state=None):
         self.kernel = kernel

@@ -249,6 +249,8 @@ class GaussianProcessClassifier(ClassifierMixin, BaseEstimator):
         Newton steps taken for the final mode.
     """
 
+    sparse_input = True
+
     def __init__(self, kernel=None, optimizer="L-BFGS-B", n_restarts=0, max_iter_predict=100,
                  jitter=0.0, random_state=None, multi_class="one_vs_rest"):
         self.kernel = kernel

@@ -108,6 +108,8 @@ class KernelPCA(BaseEstimator):
         ``dual_coef_``; ours holds the a of ``kpca-normalise``).
     """
 
+    sparse_input = True
+
     def __init__(self, n_components=None, kernel="rbf", gamma=None, degree=3, coef0=1,
                  eigen_solver="auto", random_state=None, alpha=1.0,
                  fit_inverse_transform=False):

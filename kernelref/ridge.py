@@ -97,6 +97,8 @@ class KernelRidge(RegressorMixin, BaseEstimator):
         The kernel used.
     """
 
+    sparse_input = True
+
     def __init__(self, lam=1.0, kernel="rbf", gamma=None, degree=3, coef0=1):
         self.lam = lam
         self.kernel = kernel

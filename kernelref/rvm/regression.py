@@ -75,11 +75,13 @@ class RVR(RegressorMixin, BaseEstimator):
         stable without it, since candidates (numerically) inside the span of
         the model are refused anyway, and may find a higher evidence at the
         price of more iterations (see the fast-algorithm chapter).
-    beta_schedule : {'both', 'update', 'hold'}
-        For 'fast': learn the noise from the first iterations (SparseBayes),
-        only once the α have settled at the starting noise level, or run both
-        and keep the higher evidence (the default; it costs two runs). See
-        ``kernelref.rvm.fast.fast_regression``.
+    beta_schedule : {'auto', 'both', 'update', 'hold'}
+        For 'fast': learn the noise from the first iterations (SparseBayes,
+        'update'), only once the α have settled at the starting noise level
+        ('hold'), or run both and keep the higher evidence ('both', two runs).
+        'auto' (the default) holds the noise only while basis functions are
+        being found, then learns it, and runs 'update' too only if that run
+        stalled. See ``kernelref.rvm.fast.fast_regression``.
 
     Attributes
     ----------
@@ -95,6 +97,10 @@ class RVR(RegressorMixin, BaseEstimator):
     beta_ : float
         The noise precision.
     n_iter_, converged_ : int, bool
+    n_factorisations_ : int
+        For 'fast', the fresh factorisations of the model (O(Pm² + m³) each; the
+        other iterations are rank-one updates, O(Pm)); for 'reestimate' and 'em',
+        one per iteration.
     evidence_ : ndarray
         The log evidence after each iteration.
     log_evidence_ : float
@@ -103,7 +109,7 @@ class RVR(RegressorMixin, BaseEstimator):
 
     def __init__(self, kernel="rbf", gamma=None, degree=3, coef0=1, bias=True,
                  method="fast", update="standard", max_iter=10000, tol=1e-3,
-                 alpha_max=ALPHA_MAX, alignment_max=ALIGNMENT_MAX, beta_schedule="both"):
+                 alpha_max=ALPHA_MAX, alignment_max=ALIGNMENT_MAX, beta_schedule="auto"):
         self.kernel = kernel
         self.gamma = gamma
         self.degree = degree
@@ -133,6 +139,9 @@ class RVR(RegressorMixin, BaseEstimator):
         if t.ndim != 1:
             raise ValueError(f"y must be 1-D (one target per sample); got shape {t.shape}. "
                              "Fit one RVR per column for several targets.")
+        if len(t) < 2:
+            raise ValueError(
+                "y has 1 sample; RVR needs at least 2 samples to estimate the noise level.")
         if np.ptp(t) == 0:
             raise ValueError(
                 "y is constant, so its variance is zero and the noise level cannot be "
@@ -170,6 +179,7 @@ class RVR(RegressorMixin, BaseEstimator):
         self.alpha_, self.beta_ = result.alpha, float(result.beta)
         self.mu_, self.Sigma_ = result.mu, result.Sigma
         self.n_iter_, self.converged_ = result.n_iter, result.converged
+        self.n_factorisations_ = int(getattr(result, "n_fresh", result.n_iter))
         self.evidence_, self.log_evidence_ = result.evidence, float(result.log_evidence)
         record_n_features(self, X)
         return self

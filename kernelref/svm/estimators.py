@@ -53,6 +53,8 @@ def _check_number(value, name, low, high, *, low_open=True, allow_inf=False, hin
 class _BaseSVM(BaseEstimator):
     """Validation, the Gram rows and prediction shared by the five machines."""
 
+    sparse_input = True
+
     def _validate_common(self):
         _check_number(self.tol, "tol", 0, np.inf, hint=" libsvm's default is 1e-3.")
         if isinstance(self.max_iter, bool) or not isinstance(self.max_iter, numbers.Integral) \

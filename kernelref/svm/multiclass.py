@@ -94,6 +94,9 @@ class OneVsRestClassifier(ClassifierMixin, BaseEstimator):
     def __init__(self, estimator):
         self.estimator = estimator
 
+    def _takes_sparse(self):
+        return accepts_sparse(getattr(self.estimator, "kernel", None) or "precomputed")
+
     @restores_on_error
     def fit(self, X, y):
         kernel = getattr(self.estimator, "kernel", None)
@@ -111,6 +114,8 @@ class OneVsRestClassifier(ClassifierMixin, BaseEstimator):
     def _decisions(self, X):
         """One column per class: for two classes (−f, f) from the single machine."""
         check_is_fitted(self, "estimators_")
+        kernel = getattr(self.estimator, "kernel", None)
+        X = check_samples(X, kernel, "X", accept_sparse=accepts_sparse(kernel))
         if X.ndim == 2 and hasattr(self, "n_features_in_"):
             check_n_features(X, self.n_features_in_)
         D = np.column_stack([np.ravel(m.decision_function(X)) for m in self.estimators_])
