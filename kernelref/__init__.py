@@ -14,6 +14,7 @@ __version__ = "0.1.0"
 _ESTIMATORS = {
     "GaussianProcessClassifier": "kernelref.gp",
     "GaussianProcessRegressor": "kernelref.gp",
+    "KernelFisherDiscriminant": "kernelref.kfda",
     "KernelPCA": "kernelref.kpca",
     "KernelRidge": "kernelref.ridge",
     "NadarayaWatson": "kernelref.nadaraya_watson",
