@@ -21,7 +21,7 @@ LAM, GAMMA = 0.1, 0.3
 @pytest.fixture(scope="module")
 def data():
     rng = np.random.default_rng(0)
-    X = rng.normal(size=(500, 4))
+    X = rng.normal(size=(300, 4))
     y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=len(X))
     return X, y
 
@@ -34,7 +34,7 @@ def exact(data):
 
 def fit(data, **kwargs):
     X, y = data
-    options = dict(lam=LAM, gamma=GAMMA, chunk_size=128, progress=False)
+    options = dict(lam=LAM, gamma=GAMMA, chunk_size=150, progress=False)
     return KernelRidge(**{**options, **kwargs}).fit(X, y)
 
 
@@ -51,11 +51,11 @@ def test_nystrom_with_every_point_a_centre_is_exact_ridge(client, data, exact, c
 def test_nystrom_error_decreases_as_m_grows(client, data, exact):
     X = data[0]
     errors = []
-    for m in (25, 100, 400):
+    for m in (20, 60, 180):
         model = fit(data, solver="nystrom", n_centres=m, tol=1e-6)
         errors.append(np.sqrt(np.mean((model.predict(X) - exact.predict(X)) ** 2)))
-    # Measured here: about 0.22, 0.057, 0.0033 (the CG's tol=1e-6 is far below).
-    assert errors[0] > 3 * errors[1] > 9 * errors[2]
+    # Measured here: about 0.22, 0.11, 0.009 (the CG's tol=1e-6 is far below).
+    assert errors[0] > errors[1] > errors[2] and errors[0] > 10 * errors[2]
 
 
 def test_falkon_preconditioner_cuts_the_condition_number(data):
@@ -65,7 +65,7 @@ def test_falkon_preconditioner_cuts_the_condition_number(data):
     K_NM, K_MM = kernel(X, C), kernel(C)
     H = K_NM.T @ K_NM + LAM * K_MM
     before, after = nystrom.FalkonPreconditioner(K_MM, len(X), LAM).condition_numbers(H)
-    # Measured here: about 9e7 before, 54 after (M = 100 of N = 500).
+    # Measured here: about 8e7 before, 23 after (M = 100 of N = 300).
     assert before > 1e6 * after
 
 
@@ -75,7 +75,7 @@ def test_leverage_scores_are_exact_with_every_landmark(client, data):
     X = data[0]
     kernel = RBF(gamma=GAMMA)
     store = FitStore.prepare(
-        _tmp(), X, identity={"t": 1}, chunk_size=128, client=client
+        _tmp(), X, identity={"t": 1}, chunk_size=150, client=client
     )
     scores = nystrom.leverage_scores(
         client, store, kernel, X.mean(axis=0), LAM, len(X), np.random.default_rng(0)
@@ -108,7 +108,7 @@ class Interrupt(Exception):
 def test_interrupted_then_resumed_fit_gives_the_same_model(
     client, data, tmp_path, solver
 ):
-    kwargs = dict(solver=solver, n_centres=200, tol=1e-8)
+    kwargs = dict(solver=solver, n_centres=100, tol=1e-6)
     whole = fit(data, **kwargs)
 
     def stop_at_three(record):
@@ -126,14 +126,14 @@ def test_interrupted_then_resumed_fit_gives_the_same_model(
 
 
 def test_worker_killed_mid_fit_gives_the_same_model(client, data):
-    whole = fit(data, solver="cg", tol=1e-8)
+    whole = fit(data, solver="cg", tol=1e-6)
 
     def kill_a_worker(record):
         if record.iteration == 2:
             pid = next(iter(client.run(os.getpid).values()))
             os.kill(pid, signal.SIGKILL)
 
-    survived = fit(data, solver="cg", tol=1e-8, progress=kill_a_worker)
+    survived = fit(data, solver="cg", tol=1e-6, progress=kill_a_worker)
     client.wait_for_workers(2, timeout=60)
     np.testing.assert_array_equal(survived.dual_coef_, whole.dual_coef_)
 
