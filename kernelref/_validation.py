@@ -366,3 +366,20 @@ def check_same_kind(X, Y, kernel):
             f"the kernel {type(kernel).__name__} is asked to compare samples of type "
             f"{kinds_Y} with samples of type {kinds_X} (e.g. those it was fitted on); "
             "convert them to the same type.")
+
+
+def check_finite_values(where, iteration, **values):
+    """Stop an iterative fit at once when one of the named `values` (arrays or
+    numbers: an objective, a gradient, a noise level) is NaN or infinite.
+
+    A NaN compares false with every tolerance, so a loop that tests convergence
+    by ``change < tol`` would otherwise run to its cap and return NaN. Raises
+    ``NonFiniteError`` naming the fit, the iteration and the quantity.
+    """
+    for name, value in values.items():
+        if not np.all(np.isfinite(value)):
+            raise NonFiniteError(
+                f"{where} stopped at iteration {iteration}: {name} is not finite "
+                f"({np.ravel(value)[~np.isfinite(np.ravel(value))][0]}). The kernel "
+                "matrix or the targets overflow; scale X and y or change the kernel's "
+                "parameters.")

@@ -28,6 +28,7 @@ from collections import namedtuple
 
 import numpy as np
 
+from kernelref._validation import check_finite_values
 from kernelref.rvm.design import posterior
 
 __all__ = [
@@ -130,6 +131,8 @@ def reestimate(Phi, t, alpha, beta, *, method="reestimate", update="standard",
             new_beta = em_beta(t, Phi[:, keep], post.mu, gamma, beta)
         else:
             new_beta = reestimate_beta(t, Phi[:, keep], post.mu, gamma)
+        check_finite_values(f"RVM {method}", n_iter, log_evidence=post.log_evidence,
+                            mu=post.mu, beta=new_beta)
         stay = (new_alpha < alpha_max[keep]) & (gamma > GAMMA_MIN) & np.isfinite(new_alpha)
         if not stay.any():
             raise RuntimeError(

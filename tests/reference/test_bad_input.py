@@ -264,3 +264,14 @@ def test_kernel_on_strings_refuses_tuples_after_fitting_on_strings():
     model = SVC(kernel=SpectrumKernel(2)).fit(words, [0, 1, 0, 1, 0, 1])
     with pytest.raises(TypeError, match=r"type \['tuple'\] with samples of type \['str'\]"):
         model.predict([tuple("abca")])
+
+
+def test_rvm_reestimation_stops_on_an_overflowing_design_matrix():
+    from kernelref.rvm.reestimate import reestimate
+
+    Phi = rng.normal(size=(20, 5)) * 1e160          # finite, but ΦᵀΦ overflows
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        with pytest.raises(NonFiniteError, match="RVM reestimate stopped at iteration 1: "
+                                                 "log_evidence is not finite"):
+            reestimate(Phi, rng.normal(size=20), np.ones(5), 1.0)
