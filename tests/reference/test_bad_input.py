@@ -275,3 +275,18 @@ def test_rvm_reestimation_stops_on_an_overflowing_design_matrix():
         with pytest.raises(NonFiniteError, match="RVM reestimate stopped at iteration 1: "
                                                  "log_evidence is not finite"):
             reestimate(Phi, rng.normal(size=20), np.ones(5), 1.0)
+
+
+def test_ml2_that_cannot_leave_its_start_says_so():
+    from kernelref.exceptions import ConvergenceWarning
+
+    class Fragile(RBF):
+        """Positive definite at γ = 1 only: every trial step fails to factorise."""
+
+        def __call__(self, A, B=None):
+            K = super().__call__(A, B)
+            return K - 5.0 * np.eye(len(K)) if B is None and self.gamma != 1.0 else K
+
+    grid = np.linspace(0.0, 1.0, 15)[:, None]
+    with pytest.warns(ConvergenceWarning, match=r"did not move from its start \[0.0\]"):
+        GaussianProcessRegressor(Fragile(1.0), noise=1e-2).fit(grid, np.sin(3 * grid[:, 0]))
