@@ -177,7 +177,7 @@ class KernelRidge(ReferenceKernelRidge):
             X_fit, a, self.n_iter_ = _iterative.fit_nystrom(self, X, t, lam, kernel, client)
         self.dual_coef_ = a
         self.kernel_ = kernel
-        self.X_fit_ = X_fit
+        self.X_fit_ = X_fit.copy() if X_fit is X else X_fit     # the model owns its data
         self.n_features_in_ = X.shape[1]
         return self
 
