@@ -32,3 +32,15 @@ def book_build(tmp_path_factory):
         timeout=BUILD_TIMEOUT,
     )
     return completed, output / "_build" / "html"
+
+
+@pytest.fixture(scope="session")
+def book_html(request):
+    """The built HTML directory: KERNELREF_BOOK_HTML, or the session's build."""
+    given = os.environ.get("KERNELREF_BOOK_HTML")
+    if given:
+        return Path(given)
+    completed, html = request.getfixturevalue("book_build")
+    if completed.returncode != 0:
+        pytest.fail("the book did not build; see test_book_builds_without_warnings")
+    return html

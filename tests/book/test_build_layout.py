@@ -17,9 +17,6 @@ installs; the test fails (it does not skip) when Chromium is missing. Set
 build instead of building the book again.
 """
 
-import os
-from pathlib import Path
-
 import pytest
 from chromium import Chromium, find_chromium
 
@@ -106,18 +103,6 @@ def describe(page, record):
         f"{record['scroll'] - record['client']} px wider than its "
         f"{record['client']} px column{extra}"
     )
-
-
-@pytest.fixture(scope="session")
-def book_html(request):
-    """The built HTML directory: KERNELREF_BOOK_HTML, or the session's build."""
-    given = os.environ.get("KERNELREF_BOOK_HTML")
-    if given:
-        return Path(given)
-    completed, html = request.getfixturevalue("book_build")
-    if completed.returncode != 0:
-        pytest.fail("the book did not build; see test_book_builds_without_warnings")
-    return html
 
 
 @pytest.fixture(scope="session")
