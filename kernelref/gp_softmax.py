@@ -397,6 +397,11 @@ class SoftmaxGaussianProcessClassifier(ClassifierMixin, BaseEstimator):
         rng = np.random.default_rng(self.random_state)
         return monte_carlo_probabilities(mean, cov, self.n_samples, rng)
 
+    def predict_log_proba(self, X, method="monte_carlo"):
+        """log of ``predict_proba`` (same ``method``), clipped at the smallest
+        positive float so that a probability that underflowed gives a finite log."""
+        return np.log(np.maximum(self.predict_proba(X, method), np.finfo(float).tiny))
+
     def predict(self, X):
         """The most probable class by the Monte-Carlo probabilities."""
         return self.classes_[np.argmax(self.predict_proba(X), axis=1)]

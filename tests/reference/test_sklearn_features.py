@@ -336,3 +336,18 @@ def test_gpc_log_probability_is_the_log_sigmoid_of_the_moderated_mean():
         np.log(model.predict_proba(X_test, method="quadrature")),
         rtol=1e-13,
     )
+
+
+def test_softmax_gpc_log_probability_is_the_log_of_its_probability():
+    from kernelref.gp_softmax import SoftmaxGaussianProcessClassifier
+
+    X, y, _ = data(14, n=45, d=2)
+    model = SoftmaxGaussianProcessClassifier(kernel=1.0 * RBF(0.5), optimizer=None)
+    model.fit(X, y)
+    X_test = data(15, n=10, d=2)[0]
+    for method in ("monte_carlo", "moderated"):
+        np.testing.assert_allclose(
+            np.exp(model.predict_log_proba(X_test, method=method)),
+            model.predict_proba(X_test, method=method),
+            rtol=1e-12,
+        )
