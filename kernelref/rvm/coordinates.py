@@ -24,7 +24,8 @@ from scipy.linalg import cholesky, solve_triangular
 
 from kernelref.rvm.design import posterior
 
-__all__ = ["add_coordinate", "add_step", "coordinate_posterior", "drop_coordinate",
+__all__ = ["add_coordinate", "add_in_span_step", "add_step", "coordinate_posterior",
+           "delete_step", "drop_coordinate",
            "fresh_statistics", "inverse_H", "measured_drift", "orthonormal_coordinates",
            "rank_one_SQ", "reestimate_step", "span_residual", "stable_SQ"]
 
@@ -157,6 +158,26 @@ def reestimate_step(Psi, G, beta, j_row, alpha_old, alpha_new, s_j):
     v = beta * (Psi.T @ w)
     kappa = delta / denominator
     return v, kappa, G - np.outer(w, w) * (beta * delta / denominator)
+
+
+def delete_step(Psi, G, beta, j_row, alpha_j, s_j):
+    """As `reestimate_step` for α_j → ∞ (a deletion, label ``rvm-SQ-rank-one``):
+    δ = −1/α_j, 1 + δS_j = α_j/(α_j + s_j), so κ = −(α_j + s_j)/α_j² and S grows.
+    The basis U keeps φ_j's direction: it spans more than the model, which the
+    coordinate form allows (H is I on the extra directions)."""
+    w = G @ j_row
+    v = beta * (Psi.T @ w)
+    c = (alpha_j + s_j) / alpha_j**2
+    return v, -c, G + np.outer(w, w) * (beta * c)
+
+
+def add_in_span_step(Psi, G, beta, j, alpha_j, S_j):
+    """v, κ and the new H⁻¹ when column j, already inside the span of U (a column
+    deleted since the last refactorisation), rejoins the model with α_j:
+    H' = H + (β/α_j)ψ_jψ_jᵀ, κ = 1/(α_j + S_j) (label ``rvm-SQ-rank-one``)."""
+    w = G @ Psi[:, j]
+    v = beta * (Psi.T @ w)
+    return v, 1.0 / (alpha_j + S_j), G - np.outer(w, w) * (beta / (alpha_j + S_j))
 
 
 def add_step(Psi, G, beta, j, alpha_j, S_j):

@@ -28,17 +28,19 @@ from collections import namedtuple
 import numpy as np
 
 from kernelref.rvm.coordinates import (
-    add_coordinate, add_step, coordinate_posterior, drop_coordinate, fresh_statistics,
+    add_coordinate, add_in_span_step, add_step, coordinate_posterior, delete_step,
+    drop_coordinate, fresh_statistics,
     measured_drift, orthonormal_coordinates, rank_one_SQ, reestimate_step, span_residual)
 from kernelref.rvm.design import initial_beta
 from kernelref.rvm.reestimate import gamma_factors
 
 __all__ = [
-    "ALIGNMENT_MAX", "BETA_MAX_FACTOR", "BETA_SCHEDULES", "BETA_UPDATE_FREQUENCY",
+    "ALIGNMENT_MAX", "BETA_MAX_FACTOR", "BETA_SCHEDULES", "HOLD_TOL", "STALL_SIZE", "BETA_UPDATE_FREQUENCY",
     "BETA_UPDATE_START", "DRIFT_MAX", "FastModel", "FastResult", "INIT_ALPHA_MAX",
     "MIN_DELTA_LOG_BETA", "REFRESH_INTERVAL", "REFRESH_INTERVAL_MAX", "SPAN_RESIDUAL_MIN", "ZERO_FACTOR", "add_basis_function",
     "check_beta_schedule", "choose_action", "delete_basis_function", "ell",
-    "fast_marginal_likelihood", "fast_on_unit_columns", "fast_regression", "initial_model",
+    "fast_marginal_likelihood", "fast_on_unit_columns", "fast_regression",
+    "held_then_released", "initial_model", "stalled", "beta_interval",
     "noise_update",
     "on_user_scale", "optimal_alpha", "reestimate_basis_function", "refresh",
     "sparsity_quality", "unit_columns"]
@@ -50,7 +52,8 @@ ZERO_FACTOR = 1e-12
 MIN_DELTA_LOG_BETA = 1e-6
 #: Update β at every one of the first iterations, to reach the right noise level early…
 BETA_UPDATE_START = 10
-#: …and every this many iterations afterwards, since each update changes every S_i, Q_i.
+#: …and every this many iterations afterwards at least (`beta_interval`), since each
+#: update changes every S_i, Q_i.
 BETA_UPDATE_FREQUENCY = 5
 #: The noise variance is kept above var(t)/BETA_MAX_FACTOR: a model that fits the
 #: targets exactly would otherwise send β to infinity.
@@ -68,17 +71,25 @@ INIT_ALPHA_MAX = 1e3
 #: computed with an absolute error of a few ε, is mostly rounding.
 SPAN_RESIDUAL_MIN = 1e-10
 #: The bound on the drift of the rank-one maintained S_i, Q_i from a fresh
-#: factorisation (`kernelref.rvm.coordinates.measured_drift`, relative).
-DRIFT_MAX = 1e-10
+#: factorisation (`kernelref.rvm.coordinates.measured_drift`, relative). Typical
+#: drifts are 1e-12–1e-10; on ill-conditioned models (β near its cap) single
+#: updates can add 1e-10, since v_i = βψ_iᵀH⁻¹ψ_j uses H⁻¹ formed explicitly.
+DRIFT_MAX = 1e-8
 #: S, Q are factorised afresh after this many rank-one updates at first; each
 #: refactorisation measures the drift and doubles the interval while the drift is
-#: below DRIFT_MAX/100, or quarters it when it exceeds DRIFT_MAX/10.
+#: below DRIFT_MAX/10⁴, or quarters it when it exceeds DRIFT_MAX/100.
 REFRESH_INTERVAL = 16
 #: The interval never exceeds this.
 REFRESH_INTERVAL_MAX = 1024
 
 #: How β is learnt alongside α (see `fast_regression`).
-BETA_SCHEDULES = ("both", "update", "hold")
+BETA_SCHEDULES = ("auto", "both", "update", "hold")
+#: The 'auto' schedule's held phase stops once every α is within this of its optimum
+#: in log α (and no addition or deletion pays); the phase with β learnt then
+#: settles them to ``tol``.
+HOLD_TOL = 10.0
+#: A run that ends with at most this many basis functions has `stalled`.
+STALL_SIZE = 2
 
 #: ``active`` indexes the columns of Φ in the model; ``alpha``, ``mu``, ``Sigma``
 #: belong to them, on the scale of the columns the function was given; ``evidence`` is the log evidence after each iteration;
@@ -220,6 +231,7 @@ def fast_on_unit_columns(Phi, usable, t, *, max_iter=10000, tol=1e-3, update_bet
                     alignment_max)
     evidence, actions = [], []
     converged = False
+    since_beta = 0
     for n_iter in range(1, max_iter + 1):
         j, new_alpha, gain, settled = choose_action(model, usable, tol, alignment_max)
         fresh = False
@@ -228,7 +240,7 @@ def fast_on_unit_columns(Phi, usable, t, *, max_iter=10000, tol=1e-3, update_bet
             actions.append(("none", j))
         elif np.isinf(new_alpha[j]):
             actions.append(("delete", j))
-            model, fresh = delete_basis_function(model, t, j), True
+            model = delete_basis_function(model, j, alignment_max)
         elif not np.isfinite(model.alpha[j]):
             actions.append(("add", j))
             model = add_basis_function(model, Phi, t, usable, j, new_alpha[j], alignment_max)
@@ -238,12 +250,13 @@ def fast_on_unit_columns(Phi, usable, t, *, max_iter=10000, tol=1e-3, update_bet
         if gain[j] > 0:
             model = model._replace(log_evidence=model.log_evidence + gain[j])
 
-        beta_due = n_iter <= BETA_UPDATE_START or n_iter % BETA_UPDATE_FREQUENCY == 0
+        since_beta += 1
+        beta_due = n_iter <= BETA_UPDATE_START or since_beta >= beta_interval(len(model.active))
         beta_change = 0.0
         if update_beta and (beta_due or settled):
             new_beta = noise_update(model, N, beta_max)
             beta_change = abs(np.log(new_beta / model.beta))
-            model, fresh = model._replace(beta=new_beta), True
+            model, fresh, since_beta = model._replace(beta=new_beta), True, 0
         if fresh or model.since_fresh >= model.interval:
             # After a deletion or a new β the maintained S, Q are stale, not drifted.
             model = refresh(model, Phi, usable, t, PhiT_t, alignment_max, measure=not fresh)
@@ -268,10 +281,11 @@ def fast_on_unit_columns(Phi, usable, t, *, max_iter=10000, tol=1e-3, update_bet
 #: ``G`` = H⁻¹ (rvm-SQ-stable); ``align``, each column's largest |cosine| with one
 #: in the model; ``log_evidence``; ``since_fresh``, the rank-one updates since
 #: the last fresh factorisation, ``interval``, how many are allowed, ``drift``, the
-#: largest drift measured so far, and ``n_fresh``, the fresh factorisations so far.
+#: largest drift measured so far, ``n_fresh``, the fresh factorisations so far, and
+#: ``dead``, the columns deleted since then, whose directions U still spans.
 FastModel = namedtuple(
     "FastModel", "active alpha beta U Psi tau perp residual S Q G align log_evidence "
-    "since_fresh interval drift n_fresh")
+    "since_fresh interval drift n_fresh dead")
 
 
 def initial_model(Phi, active, alpha, beta):
@@ -281,7 +295,16 @@ def initial_model(Phi, active, alpha, beta):
     U, Psi = orthonormal_coordinates(Phi, active)
     return FastModel(active, alpha, beta, U, Psi, tau=None, perp=None, residual=None,
                      S=None, Q=None, G=None, align=None, log_evidence=None, since_fresh=0,
-                     interval=REFRESH_INTERVAL, drift=0.0, n_fresh=0)
+                     interval=REFRESH_INTERVAL, drift=0.0, n_fresh=0,
+                     dead=np.zeros(len(alpha), dtype=bool))
+
+
+def beta_interval(m):
+    """Iterations between β updates after the first `BETA_UPDATE_START`: every
+    `BETA_UPDATE_FREQUENCY` (SparseBayes), or every m with m basis functions in the
+    model, whichever is longer. A β update costs a fresh factorisation, O(Pm² + m³),
+    against O(Pm) for a rank-one iteration, so this keeps the two costs in balance."""
+    return max(BETA_UPDATE_FREQUENCY, m)
 
 
 def refresh(model, Phi, usable, t, PhiT_t, alignment_max, measure=False):
@@ -293,8 +316,10 @@ def refresh(model, Phi, usable, t, PhiT_t, alignment_max, measure=False):
     (`measured_drift`) and the refresh interval adapted to keep the drift below
     `DRIFT_MAX` (see `REFRESH_INTERVAL`).
     """
-    active, alpha, beta, Psi = model.active, model.alpha, model.beta, model.Psi
-    tau = model.U.T @ t
+    active, alpha, beta, U, Psi = model.active, model.alpha, model.beta, model.U, model.Psi
+    if U.shape[1] > len(active):                        # drop the deleted directions
+        U, Psi = drop_coordinate(U, Psi, Psi[:, active])
+    tau = U.T @ t
     perp = max(t @ t - tau @ tau, 0.0)                  # ‖(I − UUᵀ)t‖²
     residual = span_residual(Psi, usable.astype(float))
     S, Q, G = fresh_statistics(Psi, active, alpha[active], beta, residual, PhiT_t, tau)
@@ -307,12 +332,13 @@ def refresh(model, Phi, usable, t, PhiT_t, alignment_max, measure=False):
         tCt = beta * (perp + tau @ G @ tau)               # tᵀC⁻¹t (rvm-SQ-stable)
         measured = measured_drift(model.S, model.Q, S, Q, tCt)
         drift = max(drift, measured)
-        if measured <= DRIFT_MAX / 100:
+        if measured <= DRIFT_MAX / 1e4:
             interval = min(2 * interval, REFRESH_INTERVAL_MAX)
-        elif measured > DRIFT_MAX / 10:
+        elif measured > DRIFT_MAX / 100:
             interval = max(interval // 4, 1)
-    return model._replace(tau=tau, perp=perp, residual=residual, S=S, Q=Q, G=G,
-                          align=align, log_evidence=post.log_evidence, since_fresh=0,
+    return model._replace(U=U, Psi=Psi, tau=tau, perp=perp, residual=residual, S=S, Q=Q,
+                          G=G, align=align, log_evidence=post.log_evidence, since_fresh=0,
+                          dead=np.zeros(len(alpha), dtype=bool),
                           interval=interval, drift=drift, n_fresh=model.n_fresh + 1)
 
 
@@ -321,14 +347,20 @@ def choose_action(model, usable, tol, alignment_max):
     (`_choose_action`), and whether the α have settled (see `fast_on_unit_columns`)."""
     alpha = model.alpha
     s, q = sparsity_quality(model.S, model.Q, alpha)
-    refused = ~usable | (model.residual < SPAN_RESIDUAL_MIN)
+    # Only a new direction needs a residual above SPAN_RESIDUAL_MIN: a deleted
+    # column rejoins along the direction U still holds for it.
+    refused = ~usable | ((model.residual < SPAN_RESIDUAL_MIN) & ~model.dead)
     if alignment_max < 1:
         refused |= model.align > alignment_max
     new_alpha, gain = _choose_action(alpha, s, q, refused, len(model.active))
-    j = int(np.argmax(gain))
     inside = np.isfinite(alpha)
-    log_change = np.abs(np.log(new_alpha[inside] / alpha[inside]))
-    settled = np.all(log_change < tol) and not np.any(np.isinf(new_alpha) != ~inside)
+    log_change = np.zeros_like(gain)
+    log_change[inside] = np.abs(np.log(new_alpha[inside] / alpha[inside]))
+    # A re-estimation within the tolerance already counts as converged, and gains
+    # only O((Δ log α)²): it is not worth an iteration.
+    gain[inside & np.isfinite(new_alpha) & (log_change < tol)] = 0.0
+    j = int(np.argmax(gain))
+    settled = np.all(log_change[inside] < tol) and not np.any(np.isinf(new_alpha) != ~inside)
     # When no gain is positive the remaining changes of α are below what the
     # evidence resolves in floating point: the α are as settled as they can get.
     return j, new_alpha, gain, bool(settled or gain[j] <= 0)
@@ -351,35 +383,60 @@ def reestimate_basis_function(model, j, alpha_j):
     return _rank_one(model, j, v, kappa, G, alpha=alpha)
 
 
+def _aligned(align, Psi, j, alignment_max):
+    """Each column's largest |cosine| with the model once column j has joined it;
+    Ψ must span φ_j (inner products φ_iᵀφ_j = ψ_iᵀψ_j)."""
+    if alignment_max < 1:
+        return np.maximum(align, np.abs(Psi.T @ Psi[:, j]))
+    return align
+
+
 def add_basis_function(model, Phi, t, usable, j, alpha_j, alignment_max):
     """Add column j with α_j: extend the coordinates by Gram–Schmidt
-    (`add_coordinate`, the only O(NP) step) and update S, Q and H⁻¹ by one rank-one
-    term (rvm-SQ-rank-one)."""
-    U, Psi = add_coordinate(Phi, model.U, model.Psi, j)
-    v, kappa, G = add_step(Psi, model.G, model.beta, j, alpha_j, model.S[j])
+    (`add_coordinate`, the only O(NP) step), or, for a column deleted since the
+    last refactorisation, reuse its direction; then update S, Q and H⁻¹ by one
+    rank-one term (rvm-SQ-rank-one)."""
     alpha = model.alpha.copy()
     alpha[j] = alpha_j
+    active = np.sort(np.append(model.active, j))
+    if model.dead[j]:                                   # φ_j lies in the span of U
+        v, kappa, G = add_in_span_step(model.Psi, model.G, model.beta, j, alpha_j,
+                                       model.S[j])
+        dead = model.dead.copy()
+        dead[j] = False
+        return _rank_one(model, j, v, kappa, G, alpha=alpha, active=active,
+                         align=_aligned(model.align, model.Psi, j, alignment_max),
+                         dead=dead)
+    U, Psi = add_coordinate(Phi, model.U, model.Psi, j)
+    v, kappa, G = add_step(Psi, model.G, model.beta, j, alpha_j, model.S[j])
+    align = _aligned(model.align, Psi, j, alignment_max)
     u_t = U[:, -1] @ t
-    align = model.align
-    if alignment_max < 1:
-        align = np.maximum(align, np.abs(Psi.T @ Psi[:, j]))
-    return _rank_one(model, j, v, kappa, G, alpha=alpha, U=U, Psi=Psi,
-                     active=np.sort(np.append(model.active, j)),
+    return _rank_one(model, j, v, kappa, G, alpha=alpha, U=U, Psi=Psi, active=active,
                      tau=np.append(model.tau, u_t), perp=max(model.perp - u_t**2, 0.0),
                      residual=span_residual(Psi, usable.astype(float)), align=align)
 
 
-def delete_basis_function(model, t, j):
-    """Remove column j from the model and shrink the coordinates to the span of
-    the rest (`drop_coordinate`, an m×m QR) with τ = Uᵀt; the caller then
-    refreshes S, Q (`refresh`)."""
-    active = model.active[model.active != j]
-    U, Psi = drop_coordinate(model.U, model.Psi, model.Psi[:, active])
+def delete_basis_function(model, j, alignment_max):
+    """Remove column j from the model: S, Q and H⁻¹ by one rank-one term
+    (rvm-SQ-rank-one, `delete_step`); U keeps j's direction until the next
+    refactorisation (`refresh`) drops it. The alignments with j are recomputed."""
+    s, _ = sparsity_quality(model.S[j:j + 1], model.Q[j:j + 1], model.alpha[j:j + 1])
+    v, kappa, G = delete_step(model.Psi, model.G, model.beta, model.Psi[:, j],
+                              model.alpha[j], s[0])
     alpha = model.alpha.copy()
     alpha[j] = np.inf
-    tau = U.T @ t
-    return model._replace(active=active, alpha=alpha, U=U, Psi=Psi, tau=tau,
-                          perp=max(t @ t - tau @ tau, 0.0))
+    active = model.active[model.active != j]
+    dead = model.dead.copy()
+    dead[j] = True
+    align = model.align
+    if alignment_max < 1:
+        # Only the columns whose closest model column was j can lose alignment.
+        Psi = model.Psi
+        affected = np.flatnonzero(np.abs(Psi.T @ Psi[:, j]) >= align)
+        align = align.copy()
+        align[affected] = np.max(np.abs(Psi[:, affected].T @ Psi[:, active]), axis=1)
+    return _rank_one(model, j, v, kappa, G, alpha=alpha, active=active, dead=dead,
+                     align=align)
 
 
 def noise_update(model, N, beta_max):
@@ -399,8 +456,32 @@ def check_beta_schedule(beta_schedule):
         raise ValueError(f"beta_schedule must be one of {BETA_SCHEDULES}; got {beta_schedule!r}.")
 
 
-def fast_regression(Phi, t, *, beta_schedule="both", **settings):
-    """The fast algorithm with the noise precision β learnt on one of two schedules.
+def held_then_released(Phi_unit, usable, t, hold_tol, **settings):
+    """The 'hold' schedule: the sequential algorithm at the starting β, to the
+    tolerance ``hold_tol`` on log α, then from that model with β learnt."""
+    held = fast_on_unit_columns(Phi_unit, usable, t, update_beta=False,
+                                **{**settings, "tol": hold_tol})
+    alpha = np.full(Phi_unit.shape[1], np.inf)
+    alpha[held.active] = held.alpha
+    released = fast_on_unit_columns(Phi_unit, usable, t, alpha=alpha, beta=held.beta,
+                                    **settings)
+    return released._replace(
+        evidence=np.concatenate([held.evidence, released.evidence]),
+        actions=held.actions + released.actions,
+        n_iter=held.n_iter + released.n_iter, n_fresh=held.n_fresh + released.n_fresh,
+        drift=max(held.drift, released.drift),
+        converged=held.converged and released.converged)
+
+
+def stalled(result):
+    """Whether a run stalled: it ended with at most `STALL_SIZE` basis functions,
+    the maximum the 'update' schedule gets stuck at when early β updates call the
+    signal noise (the fast-algorithm chapter measures it)."""
+    return len(result.active) <= STALL_SIZE
+
+
+def fast_regression(Phi, t, *, beta_schedule="auto", **settings):
+    """The fast algorithm with the noise precision β learnt on one of the schedules.
 
     'update' is SparseBayes's: β re-estimated at each of the first iterations.
     With a one-function model that makes most of the targets look like noise, and
@@ -408,26 +489,24 @@ def fast_regression(Phi, t, *, beta_schedule="both", **settings):
     keeps β at its starting value (noise at a tenth of the targets' spread) until
     the α settle, then continues from there with β learnt. Each reaches a local
     maximum of L(α, β) and neither is always the higher; 'both' runs the two and
-    keeps the higher evidence (the fast-algorithm chapter measures all three).
-    The columns are scaled to unit norm once for all runs; ``settings`` go to
-    `fast_on_unit_columns`.
+    keeps the higher evidence. 'auto' (the default) holds β only until no addition
+    or deletion pays and every α is within a factor e^`HOLD_TOL` of its optimum — the
+    held phase only has to find the basis functions, not settle their α — and runs
+    'update' as well only when that run `stalled`. (The fast-algorithm chapter
+    measures all of them.) The columns are scaled to unit norm once for all runs;
+    ``settings`` go to `fast_on_unit_columns`.
     """
     check_beta_schedule(beta_schedule)
     Phi_unit, scales = unit_columns(Phi)                # once, for every run
     usable = scales > 0
     runs = []
+    if beta_schedule == "auto":
+        runs.append(held_then_released(Phi_unit, usable, t, HOLD_TOL, **settings))
+        if stalled(runs[0]):
+            runs.append(fast_on_unit_columns(Phi_unit, usable, t, **settings))
     if beta_schedule in ("update", "both"):
         runs.append(fast_on_unit_columns(Phi_unit, usable, t, **settings))
     if beta_schedule in ("hold", "both"):
-        held = fast_on_unit_columns(Phi_unit, usable, t, update_beta=False, **settings)
-        alpha = np.full(Phi.shape[1], np.inf)
-        alpha[held.active] = held.alpha
-        released = fast_on_unit_columns(Phi_unit, usable, t, alpha=alpha, beta=held.beta,
-                                        **settings)
-        runs.append(released._replace(
-            evidence=np.concatenate([held.evidence, released.evidence]),
-            actions=held.actions + released.actions,
-            n_iter=held.n_iter + released.n_iter, n_fresh=held.n_fresh + released.n_fresh,
-            drift=max(held.drift, released.drift),
-            converged=held.converged and released.converged))
+        runs.append(held_then_released(Phi_unit, usable, t, settings.get("tol", 1e-3),
+                                       **settings))
     return on_user_scale(max(runs, key=lambda run: run.log_evidence), scales)
