@@ -155,6 +155,22 @@ def test_weighted_kernel_ridge_equals_scikit_learn_and_the_closed_form(kernel):
     assert model.dual_coef_[4] == 0.0
 
 
+def test_weighted_kernel_ridge_with_several_targets_equals_scikit_learn():
+    from sklearn.kernel_ridge import KernelRidge as SklearnKernelRidge
+
+    X, _, z = data(3, n=40)
+    T = np.column_stack([z, np.sin(z)])
+    s = np.random.default_rng(4).exponential(size=len(z))
+    model = KernelRidge(lam=0.3, kernel="rbf", gamma=0.5).fit(X, T, sample_weight=s)
+    theirs = SklearnKernelRidge(alpha=0.3, kernel="rbf", gamma=0.5).fit(
+        X, T, sample_weight=s
+    )
+    assert model.dual_coef_.shape == T.shape
+    np.testing.assert_allclose(
+        model.dual_coef_, theirs.dual_coef_, rtol=1e-9, atol=1e-12
+    )
+
+
 def test_integer_weights_equal_repeated_samples_and_zero_weights_dropped_ones():
     X, _, z = data(4, n=30)
     counts = np.random.default_rng(5).integers(0, 4, size=len(z))
