@@ -18,8 +18,14 @@ import os
 import pathlib
 import uuid
 
-__all__ = ["DamagedChunkError", "StoreError", "array_directory", "damaged_chunks",
-           "record_chunk", "verify_chunk"]
+__all__ = [
+    "DamagedChunkError",
+    "StoreError",
+    "array_directory",
+    "damaged_chunks",
+    "record_chunk",
+    "verify_chunk",
+]
 
 MANIFEST = "checksums"
 
@@ -106,4 +112,7 @@ def verify_chunk(array, block, fix):
         path = array_directory(array)
         raise DamagedChunkError(
             f"block {tuple(block)} of the stored array {str(path)!r} {problem}; it is not "
-            f"used. {fix}", str(path), tuple(block))
+            f"used. {fix}",
+            str(path),
+            tuple(block),
+        )

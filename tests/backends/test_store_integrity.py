@@ -28,8 +28,12 @@ def chunk_file(store, i, j):
     return store.path / "K" / store.array.metadata.encode_chunk_key((i, j))
 
 
-def test_deleted_gram_chunk_is_refused_on_open_and_recomputed_by_build(client, tmp_path, X):
-    store = GramStore.build(tmp_path / "gram", X, KERNEL, chunk_size=CHUNK, client=client)
+def test_deleted_gram_chunk_is_refused_on_open_and_recomputed_by_build(
+    client, tmp_path, X
+):
+    store = GramStore.build(
+        tmp_path / "gram", X, KERNEL, chunk_size=CHUNK, client=client
+    )
     chunk_file(store, 1, 0).unlink()
     with pytest.raises(DamagedChunkError, match=r"block \(1, 0\).*is missing") as info:
         GramStore.open(tmp_path / "gram")
@@ -37,36 +41,45 @@ def test_deleted_gram_chunk_is_refused_on_open_and_recomputed_by_build(client, t
     with pytest.warns(RuntimeWarning, match=r"damaged block\(s\) \[\(1, 0\)\]"):
         GramStore.build(tmp_path / "gram", X, KERNEL, chunk_size=CHUNK, client=client)
     repaired = GramStore.open(tmp_path / "gram", X, KERNEL)
-    np.testing.assert_allclose(repaired.block(1, 0), KERNEL(X[16:32], X[:16]), rtol=1e-12)
+    np.testing.assert_allclose(
+        repaired.block(1, 0), KERNEL(X[16:32], X[:16]), rtol=1e-12
+    )
 
 
 def test_truncated_gram_chunk_is_not_read(client, tmp_path, X):
-    store = GramStore.build(tmp_path / "gram", X, KERNEL, chunk_size=CHUNK, client=client)
+    store = GramStore.build(
+        tmp_path / "gram", X, KERNEL, chunk_size=CHUNK, client=client
+    )
     path = chunk_file(store, 2, 1)
     path.write_bytes(path.read_bytes()[:100])
     with pytest.raises(DamagedChunkError, match=r"block \(2, 1\).*checksum") as info:
         store.block(2, 1)
     assert info.value.block == (2, 1) and str(store.path) in str(info.value)
     with pytest.raises(DamagedChunkError, match=r"\(2, 1\)"):
-        store.block(1, 2)                           # read through the transpose
+        store.block(1, 2)  # read through the transpose
 
 
 def test_truncated_metadata_names_the_file_and_the_fix(client, tmp_path, X):
-    store = GramStore.build(tmp_path / "gram", X, KERNEL, chunk_size=CHUNK, client=client)
+    store = GramStore.build(
+        tmp_path / "gram", X, KERNEL, chunk_size=CHUNK, client=client
+    )
     meta = store.path / "zarr.json"
     meta.write_text(meta.read_text()[:40])
     with pytest.raises(StoreError, match="zarr.json.*overwrite=True"):
         GramStore.open(tmp_path / "gram")
     with pytest.raises(StoreError, match="overwrite=True"):
         GramStore.build(tmp_path / "gram", X, KERNEL, chunk_size=CHUNK, client=client)
-    rebuilt = GramStore.build(tmp_path / "gram", X, KERNEL, chunk_size=CHUNK, client=client,
-                              overwrite=True)
+    rebuilt = GramStore.build(
+        tmp_path / "gram", X, KERNEL, chunk_size=CHUNK, client=client, overwrite=True
+    )
     assert json.loads(meta.read_text())["attributes"]["complete"] is True
     np.testing.assert_allclose(rebuilt.block(2, 2), KERNEL(X[32:]), rtol=1e-12)
 
 
 def test_damaged_array_metadata_is_wrapped(client, tmp_path, X):
-    store = GramStore.build(tmp_path / "gram", X, KERNEL, chunk_size=CHUNK, client=client)
+    store = GramStore.build(
+        tmp_path / "gram", X, KERNEL, chunk_size=CHUNK, client=client
+    )
     (store.path / "K" / "zarr.json").write_text("{")
     with pytest.raises(StoreError, match="gram.*cannot be read.*overwrite=True"):
         GramStore.open(tmp_path / "gram")
@@ -75,13 +88,20 @@ def test_damaged_array_metadata_is_wrapped(client, tmp_path, X):
 def test_damaged_factor_is_discarded_not_reused(client, tmp_path, X):
     t = np.sin(X[:, 0])
     reference = ReferenceKernelRidge(lam=0.1, kernel=KERNEL).fit(X, t).predict(X)
-    model = KernelRidge(lam=0.1, kernel=KERNEL, store=tmp_path / "gram", chunk_size=CHUNK,
-                        address=client.scheduler.address)
+    model = KernelRidge(
+        lam=0.1,
+        kernel=KERNEL,
+        store=tmp_path / "gram",
+        chunk_size=CHUNK,
+        address=client.scheduler.address,
+    )
     model.fit(X, t)
     tile = tmp_path / "gram" / "cholesky" / "c" / "2" / "1"
     assert tile.is_file()
     tile.unlink()
-    with pytest.warns(RuntimeWarning, match=r"cholesky.*damaged tile\(s\) \[\(2, 1\)\]"):
+    with pytest.warns(
+        RuntimeWarning, match=r"cholesky.*damaged tile\(s\) \[\(2, 1\)\]"
+    ):
         model.fit(X, t)
     np.testing.assert_allclose(model.predict(X), reference, rtol=1e-8, atol=1e-10)
 
@@ -89,8 +109,13 @@ def test_damaged_factor_is_discarded_not_reused(client, tmp_path, X):
 def test_deleted_gram_chunk_does_not_reach_the_predictions(client, tmp_path, X):
     t = np.cos(X[:, 1])
     reference = ReferenceKernelRidge(lam=0.1, kernel=KERNEL).fit(X, t).predict(X)
-    model = KernelRidge(lam=0.1, kernel=KERNEL, store=tmp_path / "gram", chunk_size=CHUNK,
-                        address=client.scheduler.address)
+    model = KernelRidge(
+        lam=0.1,
+        kernel=KERNEL,
+        store=tmp_path / "gram",
+        chunk_size=CHUNK,
+        address=client.scheduler.address,
+    )
     model.fit(X, t)
     (tmp_path / "gram" / "K" / "c" / "1" / "1").unlink()
     with warnings.catch_warnings():

@@ -16,8 +16,7 @@ from kernelref.laplace import damped_newton
 from kernelref.nadaraya_watson import NadarayaWatson
 from kernelref.ridge import KernelRidge
 from kernelref.rvm import RVC, RVR
-from kernelref.svm import SVC, SVR, NuSVR, OneVsRestClassifier
-from kernelref.svm import problems
+from kernelref.svm import SVC, SVR, NuSVR, OneVsRestClassifier, problems
 from kernelref.svm.platt import PlattCalibrated
 from kernelref.svm.solver import solve
 
@@ -45,7 +44,9 @@ def test_gamma_scale_with_overflowing_variance_is_refused():
 
 
 def test_fractional_degree_is_refused_before_fitting():
-    with pytest.raises(ValueError, match=r"Polynomial: degree must be an integer >= 1; got 2.5"):
+    with pytest.raises(
+        ValueError, match=r"Polynomial: degree must be an integer >= 1; got 2.5"
+    ):
         SVC(kernel="poly", degree=2.5).fit(X, y_class)
 
 
@@ -58,7 +59,7 @@ def test_non_symmetric_precomputed_gram_is_refused():
 
 def test_smo_stops_on_nan_in_the_gram_matrix():
     K = np.exp(-squared_distances(X))
-    K[4, :] = K[:, 4] = np.nan                 # past validation, straight to the solver
+    K[4, :] = K[:, 4] = np.nan  # past validation, straight to the solver
     qp = problems.c_svc(np.where(y_class == 1, 1.0, -1.0), np.ones(30))
     with pytest.raises(NonFiniteError, match=r"gradient is not finite.*samples"):
         solve(qp, problems.KernelRows("precomputed", K))
@@ -78,17 +79,20 @@ def test_non_symmetric_user_kernel_is_refused_by_the_svm():
 
 
 # -- kernel hyperparameters, wherever they are set --------------------------------------
-@pytest.mark.parametrize("make,name", [
-    (lambda: RBF(gamma=-1.0), "gamma"),
-    (lambda: RBF(gamma=np.nan), "gamma"),
-    (lambda: Polynomial(coef0=np.nan), "coef0"),
-    (lambda: Polynomial(degree=-1), "degree"),
-    (lambda: Polynomial(degree=0.5), "degree"),
-    (lambda: Sigmoid(coef0=np.inf), "coef0"),
-    (lambda: ARD(gamma=[1.0, -2.0]), "gamma"),
-    (lambda: RBF().set_params(gamma=0.0), "gamma"),
-    (lambda: (1.0 * RBF()).set_params(kernel__gamma=-3.0), "gamma"),
-])
+@pytest.mark.parametrize(
+    "make,name",
+    [
+        (lambda: RBF(gamma=-1.0), "gamma"),
+        (lambda: RBF(gamma=np.nan), "gamma"),
+        (lambda: Polynomial(coef0=np.nan), "coef0"),
+        (lambda: Polynomial(degree=-1), "degree"),
+        (lambda: Polynomial(degree=0.5), "degree"),
+        (lambda: Sigmoid(coef0=np.inf), "coef0"),
+        (lambda: ARD(gamma=[1.0, -2.0]), "gamma"),
+        (lambda: RBF().set_params(gamma=0.0), "gamma"),
+        (lambda: (1.0 * RBF()).set_params(kernel__gamma=-3.0), "gamma"),
+    ],
+)
 def test_bad_kernel_hyperparameter_is_refused_where_set(make, name):
     with pytest.raises(ValueError, match=rf"{name} must be"):
         make()
@@ -97,7 +101,7 @@ def test_bad_kernel_hyperparameter_is_refused_where_set(make, name):
 def test_theta_setter_refuses_overflow():
     kernel = 1.0 * RBF(1.0)
     with pytest.raises(ValueError, match="gamma must be finite and > 0"):
-        kernel.theta = np.array([0.0, 1e4])          # exp(1e4) = inf
+        kernel.theta = np.array([0.0, 1e4])  # exp(1e4) = inf
 
 
 def test_check_kernel_param_is_reusable():
@@ -108,8 +112,16 @@ def test_check_kernel_param_is_reusable():
         check_kernel_param("Matern", "length_scale", "wide", "positive")
 
 
-@pytest.mark.parametrize("estimator", [
-    KernelRidge(), GaussianProcessRegressor(optimizer=None), SVR(), RVR(), KernelPCA()])
+@pytest.mark.parametrize(
+    "estimator",
+    [
+        KernelRidge(),
+        GaussianProcessRegressor(optimizer=None),
+        SVR(),
+        RVR(),
+        KernelPCA(),
+    ],
+)
 def test_user_kernel_of_wrong_shape_is_refused_at_fit(estimator):
     class Truncated(Kernel):
         def __call__(self, A, B=None):
@@ -121,8 +133,11 @@ def test_user_kernel_of_wrong_shape_is_refused_at_fit(estimator):
 
     estimator.set_params(kernel=Truncated())
     args = (X,) if isinstance(estimator, KernelPCA) else (X, y_real)
-    with pytest.raises(ValueError, match=r"Truncated\(\) returned .*of shape \(30, 29\); "
-                                         r"expected \(30, 30\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"Truncated\(\) returned .*of shape \(30, 29\); "
+        r"expected \(30, 30\)",
+    ):
         estimator.fit(*args)
 
 
@@ -131,7 +146,9 @@ def test_overflowing_kernel_stops_the_rvm_and_the_gp_classifier():
     with pytest.raises(NonFiniteError, match="Polynomial"):
         RVR(kernel="poly", gamma=1.0).fit(X_big, y_real)
     with pytest.raises(NonFiniteError, match="Polynomial"):
-        GaussianProcessClassifier(Polynomial(gamma=1.0), optimizer=None).fit(X_big, y_class)
+        GaussianProcessClassifier(Polynomial(gamma=1.0), optimizer=None).fit(
+            X_big, y_class
+        )
 
 
 def test_newton_stops_on_a_nan_objective():
@@ -157,22 +174,36 @@ def test_gp_on_years_learns_the_same_as_on_centred_years():
         warnings.simplefilter("ignore")
         raw = GaussianProcessRegressor(start).fit(years, t)
         centred = GaussianProcessRegressor(start).fit(years - 1980.0, t)
-    assert not np.allclose(raw.kernel_.theta, start.theta)     # it left its start
+    assert not np.allclose(raw.kernel_.theta, start.theta)  # it left its start
     np.testing.assert_allclose(raw.kernel_.theta, centred.kernel_.theta, atol=1e-3)
 
 
 # -- data ownership ------------------------------------------------------------------
-@pytest.mark.parametrize("estimator", [
-    KernelRidge(kernel="rbf", gamma=0.5), NadarayaWatson(gamma=0.5),
-    GaussianProcessRegressor(optimizer=None), KernelPCA(n_components=2, gamma=0.5),
-    GaussianProcessClassifier(optimizer=None)])
+@pytest.mark.parametrize(
+    "estimator",
+    [
+        KernelRidge(kernel="rbf", gamma=0.5),
+        NadarayaWatson(gamma=0.5),
+        GaussianProcessRegressor(optimizer=None),
+        KernelPCA(n_components=2, gamma=0.5),
+        GaussianProcessClassifier(optimizer=None),
+    ],
+)
 def test_fitted_model_owns_its_data(estimator):
     X_own = X.copy()
-    target = y_class if isinstance(estimator, GaussianProcessClassifier) else y_real.copy()
+    target = (
+        y_class if isinstance(estimator, GaussianProcessClassifier) else y_real.copy()
+    )
     estimator.fit(X_own, target)
-    method = estimator.transform if isinstance(estimator, KernelPCA) else (
-        estimator.decision_function if hasattr(estimator, "decision_function")
-        else estimator.predict)
+    method = (
+        estimator.transform
+        if isinstance(estimator, KernelPCA)
+        else (
+            estimator.decision_function
+            if hasattr(estimator, "decision_function")
+            else estimator.predict
+        )
+    )
     before = method(X[:5])
     X_own += 10.0
     if target is not y_class:
@@ -181,11 +212,20 @@ def test_fitted_model_owns_its_data(estimator):
 
 
 # -- scikit-learn conformance ----------------------------------------------------------
-@pytest.mark.parametrize("estimator", [
-    SVC(), RVC(), GaussianProcessClassifier(optimizer=None), OneVsRestClassifier(SVC()),
-    PlattCalibrated(SVC(), cv=3)])
+@pytest.mark.parametrize(
+    "estimator",
+    [
+        SVC(),
+        RVC(),
+        GaussianProcessClassifier(optimizer=None),
+        OneVsRestClassifier(SVC()),
+        PlattCalibrated(SVC(), cv=3),
+    ],
+)
 def test_classifiers_refuse_continuous_targets(estimator):
-    with pytest.raises(ValueError, match=r"y holds continuous values.*Unknown label type"):
+    with pytest.raises(
+        ValueError, match=r"y holds continuous values.*Unknown label type"
+    ):
         estimator.fit(X, y_real)
 
 
@@ -193,15 +233,19 @@ def test_one_vs_rest_decision_is_one_column_for_two_classes():
     model = OneVsRestClassifier(SVC(kernel="linear")).fit(X, y_class)
     decision = model.decision_function(X)
     assert decision.shape == (30,)
-    np.testing.assert_array_equal(model.predict(X), model.classes_[(decision > 0).astype(int)])
+    np.testing.assert_array_equal(
+        model.predict(X), model.classes_[(decision > 0).astype(int)]
+    )
 
 
 def test_platt_ovr_scores_agree_with_predict():
     labels = np.digitize(X[:, 0], [-0.5, 0.5])
     model = PlattCalibrated(SVC(), cv=3, random_state=0, decision_function_shape="ovr")
     model.fit(X, labels)
-    np.testing.assert_array_equal(model.decision_function(X).argmax(axis=1),
-                                  np.searchsorted(model.classes_, model.predict(X)))
+    np.testing.assert_array_equal(
+        model.decision_function(X).argmax(axis=1),
+        np.searchsorted(model.classes_, model.predict(X)),
+    )
     with pytest.raises(ValueError, match="decision_function_shape must be"):
         PlattCalibrated(SVC(), decision_function_shape="both").fit(X, labels)
 
@@ -213,7 +257,9 @@ def test_regression_svm_refuses_infinite_C_consistently(estimator):
 
 
 def test_not_fitted_error_is_scikit_learns_kind():
-    assert issubclass(NotFittedError, ValueError) and issubclass(NotFittedError, AttributeError)
+    assert issubclass(NotFittedError, ValueError) and issubclass(
+        NotFittedError, AttributeError
+    )
     with pytest.raises(NotFittedError, match="not fitted yet"):
         SVC().predict(X)
 
@@ -247,7 +293,7 @@ def test_refused_refit_leaves_the_earlier_fit_intact():
     svc = SVC(kernel="linear").fit(X, y_class)
     support = svc.support_.copy()
     with pytest.raises(ValueError, match="not separable"):
-        svc.set_params(C=np.inf).fit(X, y_class)        # overlapping classes
+        svc.set_params(C=np.inf).fit(X, y_class)  # overlapping classes
     np.testing.assert_array_equal(svc.support_, support)
     assert svc.kernel_ is not None
 
@@ -262,18 +308,22 @@ def test_kernel_on_strings_refuses_tuples_after_fitting_on_strings():
 
     words = ["abca", "bcab", "aaab", "bbba", "abab", "baba"]
     model = SVC(kernel=SpectrumKernel(2)).fit(words, [0, 1, 0, 1, 0, 1])
-    with pytest.raises(TypeError, match=r"type \['tuple'\] with samples of type \['str'\]"):
+    with pytest.raises(
+        TypeError, match=r"type \['tuple'\] with samples of type \['str'\]"
+    ):
         model.predict([tuple("abca")])
 
 
 def test_rvm_reestimation_stops_on_an_overflowing_design_matrix():
     from kernelref.rvm.reestimate import reestimate
 
-    Phi = rng.normal(size=(20, 5)) * 1e160          # finite, but ΦᵀΦ overflows
+    Phi = rng.normal(size=(20, 5)) * 1e160  # finite, but ΦᵀΦ overflows
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        with pytest.raises(NonFiniteError, match="RVM reestimate stopped at iteration 1: "
-                                                 "log_evidence is not finite"):
+        with pytest.raises(
+            NonFiniteError,
+            match="RVM reestimate stopped at iteration 1: log_evidence is not finite",
+        ):
             reestimate(Phi, rng.normal(size=20), np.ones(5), 1.0)
 
 
@@ -289,4 +339,6 @@ def test_ml2_that_cannot_leave_its_start_says_so():
 
     grid = np.linspace(0.0, 1.0, 15)[:, None]
     with pytest.warns(ConvergenceWarning, match=r"did not move from its start \[0.0\]"):
-        GaussianProcessRegressor(Fragile(1.0), noise=1e-2).fit(grid, np.sin(3 * grid[:, 0]))
+        GaussianProcessRegressor(Fragile(1.0), noise=1e-2).fit(
+            grid, np.sin(3 * grid[:, 0])
+        )
