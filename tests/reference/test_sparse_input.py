@@ -294,3 +294,22 @@ def test_sparse_input_is_never_made_dense():
         finally:
             tracemalloc.stop()
         assert peak < dense_bytes / 10, peak
+
+
+def test_softmax_gp_classification_on_sparse_input():
+    from kernelref.gp_softmax import SoftmaxGaussianProcessClassifier
+
+    X, z = sparse_data(8, n=40, d=12, density=0.3)
+    y = np.digitize(z, np.quantile(z, [1 / 3, 2 / 3]))
+    make = SoftmaxGaussianProcessClassifier
+    dense = make(kernel=1.0 * RBF(0.5), optimizer=None).fit(X, y)
+    sparse = make(kernel=1.0 * RBF(0.5), optimizer=None).fit(sp.csr_matrix(X), y)
+    assert sparse.log_marginal_likelihood_value_ == pytest.approx(
+        dense.log_marginal_likelihood_value_, rel=1e-12
+    )
+    np.testing.assert_allclose(
+        sparse.predict_proba(sp.csc_matrix(X), method="moderated"),
+        dense.predict_proba(X, method="moderated"),
+        rtol=0,
+        atol=1e-12,
+    )
