@@ -147,7 +147,7 @@ def test_classifier_mode_evidence_and_probabilities_equal_the_reference(address)
     value, gradient = gpc.log_marginal_likelihood(theta, eval_gradient=True)
     ref_value, ref_gradient = ref.log_marginal_likelihood(theta, eval_gradient=True)
     close(value, ref_value, 1e-8)
-    close(gradient, ref_gradient, 1e-7)
+    close(gradient, ref_gradient, 1e-8)
 
 
 def test_classifier_one_vs_rest_equals_the_reference(address):
