@@ -29,8 +29,11 @@ from backends.dask.gp.regression import check_backend_args, kernel_identity
 from backends.dask.gp.tiles import ColumnRhs, CrossRhs, KernelTiles
 from backends.dask.linalg import tiled_cholesky
 from backends.dask.runtime import FitStore
-from kernelref._validation import check_classification_targets, check_samples
-from kernelref._validation import record_n_features
+from kernelref._validation import (
+    check_classification_targets,
+    check_samples,
+    record_n_features,
+)
 from kernelref.gp_classify import GaussianProcessClassifier as ReferenceClassifier
 from kernelref.gp_classify import LaplaceMode
 from kernelref.laplace import (

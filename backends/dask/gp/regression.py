@@ -22,6 +22,7 @@ Every evaluation is recorded in the fit store, so an interrupted fit resumes.
 import json
 
 import numpy as np
+from scipy.linalg import LinAlgError
 
 from backends.dask.cluster import get_client
 from backends.dask.gp.common import ExactFit, forward_norms_on
@@ -37,7 +38,6 @@ from kernelref._validation import (
 )
 from kernelref.gp import GaussianProcessRegressor as ReferenceGaussianProcessRegressor
 from kernelref.gp import NotPositiveDefiniteError
-from scipy.linalg import LinAlgError
 
 __all__ = ["GaussianProcessRegressor", "check_backend_args"]
 
