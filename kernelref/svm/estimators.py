@@ -121,6 +121,7 @@ class _BaseSVM(BaseEstimator):
         """The primal weights w = Σ_s dual_coef_s x_s of a linear-kernel machine
         (label ``svm-hard-stationarity``), so that the decision value is wᵀx + b:
         shape (1, n_features), or one row per pair (i, j) for a multiclass SVC.
+        A dense array also for sparse X (scikit-learn keeps it sparse there).
         Only the linear kernel has them; other kernels raise AttributeError."""
         if not (self.kernel == "linear" or type(self.kernel) is Linear):
             raise AttributeError("coef_ is only available when using a linear kernel")
