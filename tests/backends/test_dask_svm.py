@@ -433,3 +433,21 @@ def test_bad_data_gets_the_reference_errors(client, tmp_path):
             X, np.zeros(200)
         )
     assert not store.exists()
+
+
+def test_max_iter_warns_and_a_refit_into_the_store_continues(client, tmp_path):
+    from kernelref.exceptions import ConvergenceWarning
+
+    X, y = classification(2000, seed=6)
+    address = client.scheduler.address
+    clean = dask_svm.SVC(progress=False, address=address, **RESILIENCE).fit(X, y)
+    store = tmp_path / "fit.zarr"
+    with pytest.warns(ConvergenceWarning, match="max_iter=2"):
+        dask_svm.SVC(
+            store=store, max_iter=2, progress=False, address=address, **RESILIENCE
+        ).fit(X, y)
+    finished = dask_svm.SVC(
+        store=store, progress=False, address=address, **RESILIENCE
+    ).fit(X, y)
+    np.testing.assert_array_equal(finished.support_, clean.support_)
+    np.testing.assert_allclose(finished.dual_coef_, clean.dual_coef_, atol=1e-12)

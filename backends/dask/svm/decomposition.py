@@ -168,11 +168,12 @@ class BlockDecomposition:
         moved = np.flatnonzero(coef)
         alpha = alpha.copy()
         alpha[B] = alpha_B
-        G = G + self.qp.y * self.product(X_U[moved], coef[moved])[self.qp.src]
+        update = self.product(X_U[moved], coef[moved], "gradient updates")
+        G = G + self.qp.y * update[self.qp.src]
         return {"alpha": alpha, "G": G, "previous": B, "gap": gap(self.qp, alpha, G)}
 
     # -- pieces ------------------------------------------------------------------
-    def product(self, Y, coef):
+    def product(self, Y, coef, phase):
         """k(X, Y) @ coef over every training sample, on the workers."""
         tick = time.perf_counter()
         if len(Y) == 0:
@@ -186,7 +187,7 @@ class BlockDecomposition:
             Y,
             coef,
         )
-        self._add("kernel products", tick)
+        self._add(phase, tick)
         return np.concatenate(parts)
 
     def gradient(self, alpha):
@@ -198,7 +199,9 @@ class BlockDecomposition:
         return (
             self.qp.p
             + self.qp.y
-            * self.product(self.X[used] - self.shift, coef[used])[self.qp.src]
+            * self.product(self.X[used] - self.shift, coef[used], "full gradient")[
+                self.qp.src
+            ]
         )
 
     def _add(self, phase, tick):

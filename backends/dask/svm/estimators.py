@@ -18,6 +18,7 @@ reference's own. Here:
 
 import hashlib
 import time
+import warnings
 
 import numpy as np
 
@@ -28,6 +29,7 @@ from backends.dask.svm.decomposition import BlockDecomposition
 from backends.dask.svm.tasks import solve_part
 from backends.dask.svm.warm_start import partition, sub_problem, warm_start
 from kernelref._validation import check_integer
+from kernelref.exceptions import ConvergenceWarning
 from kernelref.svm import estimators as reference
 from kernelref.svm.solver import Solution
 
@@ -260,7 +262,17 @@ class _DaskSVM:
         info.update(
             solver="block decomposition", outer_iterations=n_iter, timings=timings
         )
-        return loop.solution(state, n_iter)
+        solution = loop.solution(state, n_iter)
+        if not solution.converged:
+            warnings.warn(
+                f"the block decomposition stopped at max_iter={self.max_iter} outer "
+                f"iterations with m(α) − M(α) = {solution.gap:.3g} ≥ tol = "
+                f"{self.tol:g}; raise max_iter, or fit again into the same store to "
+                "continue.",
+                ConvergenceWarning,
+                stacklevel=4,
+            )
+        return solution
 
 
 def _backend_init(
