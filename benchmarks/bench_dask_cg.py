@@ -144,13 +144,15 @@ def part_nystrom(client, args):
             flush=True,
         )
 
+    print(f"Nystrom ridge N={n}, D=20, M={m}, lam={lam}, gamma={gamma}", flush=True)
     start = time.perf_counter()
     model = KernelRidge(
         lam=lam,
         gamma=gamma,
         solver="nystrom",
         n_centres=m,
-        tol=1e-6,
+        tol=args.tol,
+        max_iter=args.max_iter,
         chunk_size=8192,
         progress=report,
     ).fit(X, y)
@@ -272,12 +274,17 @@ def part_gp(client, args):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument(
-        "--part", default="product", choices=["product", "cg50k", "gp", "nystrom"]
+        "--part",
+        default="product",
+        choices=["product", "accuracy", "cg50k", "gp", "nystrom"],
     )
     parser.add_argument("--n", type=int, default=None)
     parser.add_argument("--m", type=int, default=10000)
     parser.add_argument("--rank", type=int, default=100)
     parser.add_argument("--probes", type=int, default=10)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--tol", type=float, default=1e-6)
+    parser.add_argument("--max-iter", type=int, default=1000)
     args = parser.parse_args(argv)
     defaults = {
         "product": 10000,
@@ -289,14 +296,14 @@ def main(argv=None):
     args.n = args.n or defaults[args.part]
     client = get_client()
     print(f"workers: {len(client.scheduler_info()['workers'])}")
-    if args.part == "gp":
-        from benchmarks.bench_dask_gp_matrix_free import part_gp
-
-        part_gp(client, args)
-    else:
-        {"product": part_product, "cg50k": part_cg50k, "nystrom": part_nystrom}[
-            args.part
-        ](client, args)
+    parts = {
+        "product": part_product,
+        "accuracy": part_accuracy,
+        "cg50k": part_cg50k,
+        "gp": part_gp,
+        "nystrom": part_nystrom,
+    }
+    parts[args.part](client, args)
 
 
 if __name__ == "__main__":

@@ -276,6 +276,11 @@ class ConjugateGradients:
     ``betas``: one row per iteration, NaN once a column has stopped): they are the
     Lanczos coefficients of M^(-1/2) A M^(-1/2) that stochastic Lanczos
     quadrature uses (``gp_matrix_free``).
+
+    ``breakdown="stop"`` ends the iteration, keeping the iterate, when rounding
+    makes a direction's curvature pᵀAp non-positive (an A that is positive
+    semi-definite but numerically singular, as FALKON's is on nearly repeated
+    centres); the default raises, since for K + λI it means an indefinite kernel.
     """
 
     measure_name = "residual"
@@ -289,6 +294,7 @@ class ConjugateGradients:
         tol=DEFAULT_TOL,
         max_iter=DEFAULT_MAX_ITER,
         X0=None,
+        breakdown="raise",
     ):
         self.apply = apply
         self.T = T
@@ -296,6 +302,7 @@ class ConjugateGradients:
         self.tol = tol
         self.max_iter = max_iter
         self.X0 = X0
+        self.breakdown = breakdown
         t_norm = np.linalg.norm(T, axis=0)
         self.scale = np.where(t_norm > 0, t_norm, 1.0)
 
@@ -328,7 +335,7 @@ class ConjugateGradients:
         )
         if "rz0" not in state:  # r₀ᵀM⁻¹r₀ of the first run: the probes' ‖z‖²_M⁻¹
             state["rz0"] = state["rz"].copy()
-        if not active.any():
+        if not active.any() or state.get("broken"):
             state["phase"] = "done"
         elif state["n_iter"] >= self.max_iter:
             state["phase"] = "done"
@@ -348,6 +355,16 @@ class ConjugateGradients:
         cols = np.flatnonzero(active)
         AP = self.apply(P[:, cols])
         pAp = np.einsum("ij,ij->j", P[:, cols], AP)
+        if self.breakdown == "stop" and (pAp <= 0).any():
+            # rounding has made a direction look flat: keep the iterate, stop there
+            bad = cols[pAp <= 0]
+            active[bad] = False
+            state["broken"] = True  # no restart after this: it would break down again
+            keep = pAp > 0
+            cols, AP, pAp = cols[keep], AP[:, keep], pAp[keep]
+            if not len(cols):
+                state["phase"] = "verify"
+                return state
         if (pAp <= 0).any():
             raise LinAlgError(
                 "K + lam*I is not positive definite (conjugate gradients found a direction "
@@ -386,16 +403,25 @@ class ConjugateGradients:
         return float(state["residual"].max()), int(state["n_iter"])
 
     def result(self, state, shape, stacklevel=2):
-        """The ``CGResult``, warning if the cap stopped the iteration short of tol."""
+        """The ``CGResult``, warning if the iteration stopped short of tol."""
         residual = state["residual"]
         if not (residual <= self.tol).all():
-            warnings.warn(
-                f"conjugate gradients stopped after max_iter={self.max_iter} iterations "
-                f"at relative residual {residual.max():.3g} > tol={self.tol:g}; increase "
-                "max_iter, use a preconditioner of higher rank, or a larger lam.",
-                ConvergenceWarning,
-                stacklevel=stacklevel,
-            )
+            if state.get("broken"):
+                reason = (
+                    f"conjugate gradients stopped at iteration {state['n_iter']}, "
+                    f"relative residual {residual.max():.3g} > tol={self.tol:g}: rounding "
+                    "made a search direction flat (the system is numerically singular, "
+                    "e.g. nearly repeated centres), so this is as far as it goes; use a "
+                    "larger tol, fewer centres or a larger lam."
+                )
+            else:
+                reason = (
+                    f"conjugate gradients stopped after max_iter={self.max_iter} "
+                    f"iterations at relative residual {residual.max():.3g} > "
+                    f"tol={self.tol:g}; increase max_iter, use a preconditioner of "
+                    "higher rank, or a larger lam."
+                )
+            warnings.warn(reason, ConvergenceWarning, stacklevel=stacklevel)
         return CGResult(
             state["X"].reshape(shape), int(state["n_iter"]), float(residual.max())
         )

@@ -182,7 +182,9 @@ class FalkonFit:
 
     def _solver(self, rhs):
         if self.cg is None:
-            self.cg = self._CG(self.apply, rhs, None, self.tol, self.max_iter)
+            self.cg = self._CG(
+                self.apply, rhs, None, self.tol, self.max_iter, breakdown="stop"
+            )
         return self.cg
 
     def start(self):
