@@ -31,7 +31,7 @@ from scipy.sparse.linalg import eigsh
 from kernelref._validation import (
     evaluate_kernel,
     check_is_fitted, check_n_features, check_samples, check_training_samples,
-    record_n_features)
+    record_n_features, takes_objects)
 from kernelref.base import BaseEstimator
 from kernelref.exceptions import NotFittedError
 from kernelref.kernels import accepts_sparse, make_kernel
@@ -132,6 +132,9 @@ class KernelPCA(BaseEstimator):
         if isinstance(self.kernel, str) and self.kernel == "precomputed":
             raise ValueError("fit_inverse_transform=True needs the inputs X to map back "
                              "to; with kernel='precomputed' there are none. Pass X.")
+        if takes_objects(self.kernel):
+            raise ValueError("fit_inverse_transform=True learns a map back to vectors; a "
+                             "kernel on objects has none. Do not fit the inverse transform.")
         if sp.issparse(X):
             raise TypeError("fit_inverse_transform=True maps projections to dense "
                             "(n_samples, n_features) inputs; pass X.toarray() or do not "

@@ -367,3 +367,12 @@ def test_softmax_gpc_log_probability_is_the_log_of_its_probability():
             model.predict_proba(X_test, method=method),
             rtol=1e-12,
         )
+
+
+def test_inverse_transform_is_refused_for_a_kernel_on_objects():
+    from kernelref.structured import SpectrumKernel
+
+    with pytest.raises(ValueError, match="kernel on objects"):
+        KernelPCA(kernel=SpectrumKernel(2), fit_inverse_transform=True).fit(
+            ["abab", "baba", "aabb"]
+        )
