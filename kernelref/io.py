@@ -204,6 +204,13 @@ def _encode(value, arrays, where):
                 for name in ("data", "indices", "indptr")
             ],
         }
+    if _is_zarr_array(value):
+        # an array kept in a backend's store (an N × N factor, say) is referenced, not
+        # copied: the model file names the store, which must stay where it is
+        return {
+            "zarr_array": os.path.abspath(str(value.store.root)),
+            "path": value.path,
+        }
     if isinstance(value, (list, tuple, set, frozenset)):
         kind = {list: "list", tuple: "tuple", set: "set", frozenset: "frozenset"}
         kind = next(name for t, name in kind.items() if isinstance(value, t))
@@ -225,9 +232,7 @@ def _encode(value, arrays, where):
         }
     if isinstance(value, BaseEstimator):
         return _encode_estimator(value, arrays, where)
-    if dataclasses.is_dataclass(value) and type(value).__module__.startswith(
-        "kernelref"
-    ):
+    if dataclasses.is_dataclass(value) and _MODULE.match(type(value).__module__):
         fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
         return {
             "record": _class_path(type(value)),
@@ -244,6 +249,12 @@ def _encode(value, arrays, where):
 def _is_sparse(value):
     """A scipy.sparse matrix, without importing scipy.sparse for dense models."""
     return type(value).__module__.startswith("scipy.sparse") and hasattr(value, "tocsr")
+
+
+def _is_zarr_array(value):
+    return type(value).__module__.startswith("zarr.") and hasattr(
+        getattr(value, "store", None), "root"
+    )
 
 
 def _encode_dict(mapping, arrays, where):
@@ -390,6 +401,15 @@ def _decode(node, arrays):
         for i, item in enumerate(value):
             out[i] = _decode(item, arrays)
         return out.reshape(node["shape"])
+    if key == "zarr_array":
+        import zarr
+
+        if not os.path.isdir(value):
+            raise ValueError(
+                f"the model's store {value} is gone; the model file refers to "
+                "arrays kept there (move it back, or refit)"
+            )
+        return zarr.open_array(store=value, path=node["path"], mode="r")
     if key == "sparse":
         import scipy.sparse
 

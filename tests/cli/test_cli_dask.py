@@ -218,3 +218,39 @@ def test_unreachable_scheduler_fails_within_the_timeout(run, tmp_path):
     assert "raise --timeout" in done.stderr
     assert time.perf_counter() - started < 60
     assert not (tmp_path / "x.krm").exists()
+
+
+def test_every_backend_model_saves_and_loads_bit_identically(tmp_path):
+    """Each estimator of backends.dask, found by name as the command line finds
+    it, fitted on a cluster, saved and loaded: the same predictions, bit for bit."""
+    from kernelref.cli.models import backend_estimators
+    from tests.cli.test_cli import outputs
+
+    y = (X[:, 0] + X[:, 1] > 0).astype(int)
+    found = backend_estimators()
+    assert "KernelRidge" in found
+    with cluster(protocol="tcp") as local, distributed.Client(local):
+        for name, cls in sorted(found.items()):
+            accepted = cls._param_names()
+            wanted = {
+                "chunk_size": 16,
+                "store": str(tmp_path / f"{name}.zarr"),
+                "optimizer": None,
+                "progress": False,
+            }
+            model = cls(**{k: v for k, v in wanted.items() if k in accepted})
+            kind = cls._estimator_type
+            fit_on = (
+                (X, y)
+                if kind == "classifier"
+                else (X, t)
+                if kind == "regressor"
+                else (X,)
+            )
+            model.fit(*fit_on)
+            loaded = kernelref.load(model.save(tmp_path / f"{name}.krm"))
+            assert type(loaded) is cls
+            expected, got = outputs(model, X[:7]), outputs(loaded, X[:7])
+            assert expected and expected.keys() == got.keys(), name
+            for method in expected:
+                assert np.array_equal(got[method], expected[method]), (name, method)
