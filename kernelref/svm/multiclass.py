@@ -13,12 +13,16 @@ lowest class index (label ``ovo-vote``).
 import numpy as np
 
 from kernelref._validation import (
-    check_classification_targets, check_is_fitted, check_n_features, check_samples,
-    record_n_features)
+    check_classification_targets,
+    check_is_fitted,
+    check_n_features,
+    check_samples,
+    record_n_features,
+)
 from kernelref.base import BaseEstimator, ClassifierMixin, restores_on_error
 from kernelref.kernels import accepts_sparse
 
-__all__ = ["OneVsRestClassifier", "assemble_one_vs_one", "ovo_decision", "ovo_vote",
+__all__ = ["OneVsRestClassifier", "assemble_one_vs_one", "ovo_coefficients", "ovo_decision", "ovo_vote",
            "ovr_from_ovo", "pairs"]
 
 
@@ -49,16 +53,25 @@ def assemble_one_vs_one(y_index, n_classes, pair_coefs):
     return support, n_support, dual_coef
 
 
+def ovo_coefficients(dual_coef, n_support):
+    """D, shape (n_SV, n_pairs): pair p's decision value is k(x, SVs) @ D[:, p] + b_p.
+
+    Column p of pair (i, j) holds the coefficients of the support vectors of
+    class i (row j − 1 of ``dual_coef``) and of class j (row i), zeros elsewhere.
+    """
+    starts = np.concatenate([[0], np.cumsum(n_support)])
+    D = np.zeros((dual_coef.shape[1], len(n_support) * (len(n_support) - 1) // 2))
+    for p, (i, j) in enumerate(pairs(len(n_support))):
+        si, sj = slice(starts[i], starts[i + 1]), slice(starts[j], starts[j + 1])
+        D[si, p] = dual_coef[j - 1, si]
+        D[sj, p] = dual_coef[i, sj]
+    return D
+
+
 def ovo_decision(K_sv, dual_coef, intercept, n_support):
     """Decision value of every pair (libsvm's sign: > 0 favours class i), shape
     (n_samples, n_pairs), from K_sv = k(x, support vectors)."""
-    starts = np.concatenate([[0], np.cumsum(n_support)])
-    out = []
-    for p, (i, j) in enumerate(pairs(len(n_support))):
-        si, sj = slice(starts[i], starts[i + 1]), slice(starts[j], starts[j + 1])
-        out.append(K_sv[:, si] @ dual_coef[j - 1, si] + K_sv[:, sj] @ dual_coef[i, sj]
-                   + intercept[p])
-    return np.column_stack(out)
+    return K_sv @ ovo_coefficients(dual_coef, n_support) + intercept
 
 
 def ovo_vote(dec, n_classes):

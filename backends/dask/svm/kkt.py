@@ -13,7 +13,7 @@ from backends.dask.runtime import FitStore, map_chunks
 from backends.dask.svm.estimators import STATIONARY, _materialise
 from backends.dask.svm.tasks import product_chunk
 from kernelref.svm import kkt as reference_kkt
-from kernelref.svm.multiclass import pairs
+from kernelref.svm.multiclass import ovo_coefficients
 
 __all__ = ["kkt_report", "pair_coefficients"]
 
@@ -26,14 +26,7 @@ def pair_coefficients(estimator):
         return dual.T.copy(), estimator.intercept_.copy()
     if len(estimator.classes_) == 2:
         return -dual.T, -estimator.intercept_
-    starts = np.concatenate([[0], np.cumsum(estimator.n_support_)])
-    n_classes = len(estimator.classes_)
-    D = np.zeros((dual.shape[1], n_classes * (n_classes - 1) // 2))
-    for p, (i, j) in enumerate(pairs(n_classes)):
-        si, sj = slice(starts[i], starts[i + 1]), slice(starts[j], starts[j + 1])
-        D[si, p] = dual[j - 1, si]
-        D[sj, p] = dual[i, sj]
-    return D, estimator.intercept_.copy()
+    return ovo_coefficients(dual, estimator.n_support_), estimator.intercept_.copy()
 
 
 def kkt_report(
