@@ -336,9 +336,13 @@ def squared_distances(X, Y=None):
     X = X - centre
     Y = X if same else as_2d(Y, "Y") - centre
     D = X @ Y.T
+    # With Y = X the norms are the product's own diagonal: a duplicated row then
+    # gives G_ii + G_jj − 2G_ij = 0 exactly, as all three are the same sum.
+    x_norms = np.diag(D).copy() if same else np.einsum("ij,ij->i", X, X)
+    y_norms = x_norms if same else np.einsum("ij,ij->i", Y, Y)
     D *= -2.0
-    D += np.einsum("ij,ij->i", X, X)[:, None]
-    D += np.einsum("ij,ij->i", Y, Y)[None, :]
+    D += x_norms[:, None]
+    D += y_norms[None, :]
     np.maximum(D, 0.0, out=D)
     if same:
         np.fill_diagonal(D, 0.0)
