@@ -152,12 +152,14 @@ def build_parser():
     p.add_argument(
         "--std", action="store_true", help="predictive mean and standard deviation"
     )
+    _cluster_options(p)
     _verbosity(p)
 
     p = sub.add_parser("evaluate", help="score a saved model on labelled data")
     p.add_argument("model_file", metavar="MODEL_FILE")
     _data_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    _cluster_options(p)
     _verbosity(p)
 
     p = sub.add_parser("gram", help="build a Gram store (Zarr) on a Dask cluster")

@@ -1,5 +1,6 @@
 """The subcommands fit, predict, evaluate, gram and info."""
 
+import contextlib
 import json
 import os
 import sys
@@ -48,7 +49,9 @@ def fit(args):
             )
         estimator = cls(**params)
         log(args, f"fitting {estimator!r} on {args.data} ({_shape(X)})")
-        with runtime.progress_bar(args, 1, f"fit {cls.__name__}") as bar:
+        # a backend fit with a progress= parameter shows its own bar
+        steps = 0 if "progress" in accepted else 1
+        with runtime.progress_bar(args, steps, f"fit {cls.__name__}") as bar:
             estimator.fit(X) if y is None else estimator.fit(X, y)
             bar.update(1)
         estimator.save(
@@ -96,6 +99,22 @@ def _command_line():
 
 # -- predict ---------------------------------------------------------------------------
 def predict(args):
+    """A backend model predicts on the cluster given (or the embedded one)."""
+    with _cluster(args):
+        return _predict(args)
+
+
+@contextlib.contextmanager
+def _cluster(args):
+    client = runtime.connect(args)
+    try:
+        yield client
+    finally:
+        if client is not None:
+            client.close()
+
+
+def _predict(args):
     model = io.load(args.model_file)
     X, _ = data.read(args.data, args.target, args.header)
     if args.proba and args.std:
@@ -151,6 +170,11 @@ def _text(value):
 
 # -- evaluate --------------------------------------------------------------------------
 def evaluate(args):
+    with _cluster(args):
+        return _evaluate(args)
+
+
+def _evaluate(args):
     model = io.load(args.model_file)
     X, y = data.read(args.data, args.target, args.header)
     if y is None:

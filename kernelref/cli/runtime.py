@@ -87,7 +87,7 @@ def progress_bar(args, total, description):
     """A tqdm bar on stderr when `show_progress`, else a stand-in that does nothing.
     Without tqdm installed there is no bar."""
     bar = None
-    if show_progress(args):
+    if show_progress(args) and total:
         try:
             from tqdm import tqdm
         except ImportError:

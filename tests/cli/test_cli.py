@@ -54,6 +54,7 @@ CASES = {
     ),
     "RVR": ({"gamma": 0.5}, t),
     "RVC": ({"gamma": 0.5, "multi_class": "ovr"}, three),
+    "KernelFisherDiscriminant": ({"gamma": 0.5}, three),
 }
 
 

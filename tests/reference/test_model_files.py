@@ -11,7 +11,9 @@ import pytest
 import kernelref
 from kernelref import io
 from kernelref.gp import GaussianProcessClassifier, GaussianProcessRegressor
+from kernelref.gp_softmax import SoftmaxGaussianProcessClassifier
 from kernelref.kernels import RBF, Kernel, Linear, Polynomial
+from kernelref.kfda import KernelFisherDiscriminant
 from kernelref.kpca import KernelPCA
 from kernelref.nadaraya_watson import NadarayaWatson
 from kernelref.ridge import KernelRidge
@@ -84,6 +86,18 @@ CASES = {
         PlattCalibrated(SVC(gamma=0.5), cv=3, random_state=0),
         X,
         y2,
+        X_new,
+    ),
+    "KernelFisherDiscriminant": (
+        KernelFisherDiscriminant(gamma=0.5),
+        X,
+        labels3,
+        X_new,
+    ),
+    "SoftmaxGaussianProcessClassifier": (
+        SoftmaxGaussianProcessClassifier(RBF(1.0), optimizer=None),
+        X,
+        labels3,
         X_new,
     ),
     "RVR-fast": (RVR(gamma=0.5), X, t, X_new),
