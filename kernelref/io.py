@@ -19,15 +19,19 @@ tree of JSON nodes, the arrays' dtype, shape and offset, and the provenance
 
 Loading runs no code from the file. A node names a class by ``module:name``,
 and `load` resolves it only when the module belongs to ``kernelref`` or
-``backends.dask`` and the class is an estimator, a kernel or one of
-kernelref's data records (dataclasses such as ``GaussianMixture``); nothing
+``backends.dask`` and the class is an estimator, a kernel or one of their
+data records (dataclasses such as ``GaussianMixture``); nothing
 else is ever imported or called. An estimator is rebuilt by its constructor
 with the saved parameters, and its fitted state — everything
 ``__getstate__`` returns besides the parameters — is set back attribute by
 attribute, so a new estimator needs no code here. A backend model
 (``backends.dask.KernelRidge``, say) is saved under its own class and also
 names its reference class; where ``backends.dask`` is not installed it loads as
-the reference class, whose prediction it shares.
+the reference class, which predicts alike when the fitted state is the
+reference's (KernelRidge, the SVMs). An array a backend keeps in
+its Zarr store (an N × N Cholesky factor, say) is not copied into the file:
+the file names the store and the array, and loading opens it read-only, so
+such a model file is valid only while its store stays where it was.
 """
 
 import dataclasses
@@ -286,9 +290,10 @@ def load(path):
     complete, intact model file of a format version this library reads.
     """
     header, data = _read(os.fspath(path))
-    arrays = _arrays(header, data, path)
     try:
-        return _decode(header["model"], arrays)
+        return _decode(header["model"], _arrays(header, data, path))
+    except ModelFileError:
+        raise
     except (KeyError, IndexError, TypeError, ValueError) as error:
         raise ModelFileError(
             f"{path}: the model file's content is inconsistent ({error}); "

@@ -609,3 +609,36 @@ def test_progress_on_a_terminal_only(kernelref_command, tmp_path):
     seen = on_terminal(command)
     assert b"cross-validation" in seen and b"/3 [" in seen
     assert on_terminal(command[:2] + ["-q"] + command[2:]) == b""
+
+
+def test_every_data_format_reads_the_same_numbers(tmp_path):
+    from kernelref.cli import data
+
+    target = np.arange(len(X)) % 3
+    write_csv(tmp_path / "named.csv", X, target)
+    write_csv(tmp_path / "bare.csv", np.column_stack([target, X]), header=False)
+    (tmp_path / "tabs.tsv").write_text(
+        (tmp_path / "named.csv").read_text().replace(",", "\t")
+    )
+    write_libsvm(tmp_path / "file.svm", X, target)
+    np.savez(tmp_path / "arrays.npz", X=X, y=target)
+    np.save(tmp_path / "matrix.npy", np.column_stack([X, target]))
+    readings = {
+        "named.csv": data.read(tmp_path / "named.csv", "target"),
+        "bare.csv": data.read(tmp_path / "bare.csv", "0"),
+        "tabs.tsv": data.read(tmp_path / "tabs.tsv", "-1"),
+        "file.svm": data.read(tmp_path / "file.svm"),
+        "arrays.npz": data.read(tmp_path / "arrays.npz"),
+        "matrix.npy": data.read(tmp_path / "matrix.npy", "-1"),
+    }
+    zarr = pytest.importorskip("zarr")
+    group = zarr.open_group(str(tmp_path / "group.zarr"), mode="w")
+    group.create_array("X", data=X, chunks=(16, 3))
+    group.create_array("y", data=target)
+    readings["group.zarr"] = data.read(tmp_path / "group.zarr")
+    lazy_X, lazy_y = data.read(tmp_path / "group.zarr", lazy=True)
+    assert type(lazy_X).__module__.startswith("dask") and lazy_X.chunks[0][0] == 16
+    readings["group.zarr lazy"] = (np.asarray(lazy_X), lazy_y)
+    for name, (X_read, y_read) in readings.items():
+        assert np.array_equal(X_read, X), name
+        assert np.array_equal(y_read, target), name
