@@ -294,7 +294,7 @@ def load(path):
         return _decode(header["model"], _arrays(header, data, path))
     except ModelFileError:
         raise
-    except (KeyError, IndexError, TypeError, ValueError) as error:
+    except (AttributeError, KeyError, IndexError, TypeError, ValueError) as error:
         raise ModelFileError(
             f"{path}: the model file's content is inconsistent ({error}); "
             "it was not written by kernelref.save."
@@ -460,6 +460,13 @@ def _decode_estimator(node, arrays):
         params = {name: v for name, v in params.items() if name in accepted}
     estimator = cls(**params)
     for name, value in node["state"].items():
+        # fitted state is data: plain attribute names only, never a dunder or a method
+        if (
+            not _NAME.match(name)
+            or name.startswith("__")
+            or callable(getattr(cls, name, None))
+        ):
+            raise ValueError(f"{name!r} is not an attribute a model file may set")
         setattr(estimator, name, _decode(value, arrays))
     return estimator
 

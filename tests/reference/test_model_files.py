@@ -307,3 +307,18 @@ def test_backend_model_loads_as_its_reference_class_without_the_backend(
     assert type(loaded) is KernelRidge
     assert loaded.get_params() == reference.get_params()
     assert np.array_equal(loaded.predict(X_new), reference.predict(X_new))
+
+
+def test_state_cannot_replace_methods(saved):
+    import hashlib
+    import json
+
+    raw = saved.read_bytes()
+    size = struct.unpack_from("<Q", raw, 16)[0]
+    header = json.loads(raw[24 : 24 + size])
+    header["model"]["state"]["predict"] = 1
+    forged = json.dumps(header).encode()
+    body = raw[:16] + struct.pack("<Q", len(forged)) + forged + raw[24 + size : -32]
+    saved.write_bytes(body + hashlib.sha256(body).digest())
+    with pytest.raises(io.ModelFileError, match="'predict' is not an attribute"):
+        kernelref.load(saved)
