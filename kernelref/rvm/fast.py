@@ -20,7 +20,11 @@ wrong scale.)
 
 S_i and Q_i, the posterior and the evidence are computed in orthonormal
 coordinates of the model's span (`kernelref.rvm.coordinates`), not by the Woodbury
-form, which cancels catastrophically on nearly collinear columns.
+form, which cancels catastrophically on nearly collinear columns. Between fresh
+factorisations (after a β update, or an adaptive interval) S_i, Q_i and H⁻¹ are
+carried by rank-one updates (label ``rvm-SQ-rank-one``), as Tipping & Faul (§4)
+describe: each iteration is `choose_action` and then `add_basis_function`,
+`reestimate_basis_function` or `delete_basis_function`, O(Pm) each.
 """
 
 from collections import namedtuple
@@ -70,10 +74,12 @@ INIT_ALPHA_MAX = 1e3
 #: of the model's columns is never added: below it the new direction (I − UUᵀ)φ_i,
 #: computed with an absolute error of a few ε, is mostly rounding.
 SPAN_RESIDUAL_MIN = 1e-10
-#: The bound on the drift of the rank-one maintained S_i, Q_i from a fresh
+#: The target bound on the drift of the rank-one maintained S_i, Q_i from a fresh
 #: factorisation (`kernelref.rvm.coordinates.measured_drift`, relative). Typical
-#: drifts are 1e-12–1e-10; on ill-conditioned models (β near its cap) single
-#: updates can add 1e-10, since v_i = βψ_iᵀH⁻¹ψ_j uses H⁻¹ formed explicitly.
+#: drifts are 1e-12–1e-10; on ill-conditioned models (β near its cap, wide kernels)
+#: single updates can add 1e-10 or more, since v_i = βψ_iᵀH⁻¹ψ_j uses H⁻¹ formed
+#: explicitly. The drift is measured at each fresh factorisation, so a drift above
+#: the bound is seen, and the interval cut, only after the updates that made it.
 DRIFT_MAX = 1e-8
 #: S, Q are factorised afresh after this many rank-one updates at first; each
 #: refactorisation measures the drift and doubles the interval while the drift is
@@ -89,7 +95,7 @@ BETA_SCHEDULES = ("auto", "both", "update", "hold")
 #: settles them to ``tol``.
 HOLD_TOL = 10.0
 #: A run that ends with at most this many basis functions has `stalled`.
-STALL_SIZE = 2
+STALL_SIZE = 4
 
 #: ``active`` indexes the columns of Φ in the model; ``alpha``, ``mu``, ``Sigma``
 #: belong to them, on the scale of the columns the function was given; ``evidence`` is the log evidence after each iteration;
@@ -205,8 +211,8 @@ def fast_on_unit_columns(Phi, usable, t, *, max_iter=10000, tol=1e-3, update_bet
     S, Q and H⁻¹ are carried from one iteration to the next by rank-one updates
     (rvm-SQ-rank-one, O(Pm) on an addition or re-estimation) and factorised afresh
     (rvm-SQ-stable, O(Pm² + m³)) after a deletion, after a β update, and every
-    `REFRESH_INTERVAL` rank-one updates, an interval adapted to the measured drift
-    (`refresh`) so that it stays below `DRIFT_MAX`.
+    `REFRESH_INTERVAL` rank-one updates, an interval adapted to the drift measured
+    at each of them (`refresh`) to keep it below `DRIFT_MAX`.
 
     ``beta`` replaces the starting β (with ``update_beta=False``, the fixed β),
     and ``alpha`` (one per column, ``np.inf`` outside the model) replaces the
@@ -258,7 +264,7 @@ def fast_on_unit_columns(Phi, usable, t, *, max_iter=10000, tol=1e-3, update_bet
             beta_change = abs(np.log(new_beta / model.beta))
             model, fresh, since_beta = model._replace(beta=new_beta), True, 0
         if fresh or model.since_fresh >= model.interval:
-            # After a deletion or a new β the maintained S, Q are stale, not drifted.
+            # After a new β the maintained S, Q are stale, not drifted: no measurement.
             model = refresh(model, Phi, usable, t, PhiT_t, alignment_max, measure=not fresh)
         evidence.append(model.log_evidence)
         if settled and beta_change < MIN_DELTA_LOG_BETA:
@@ -474,9 +480,10 @@ def held_then_released(Phi_unit, usable, t, hold_tol, **settings):
 
 
 def stalled(result):
-    """Whether a run stalled: it ended with at most `STALL_SIZE` basis functions,
-    the maximum the 'update' schedule gets stuck at when early β updates call the
-    signal noise (the fast-algorithm chapter measures it)."""
+    """Whether a run stalled: it ended with at most `STALL_SIZE` basis functions.
+    On kernels much wider than the data the early β updates of 'update', or a held
+    phase stopped early, can leave the model at such a poor maximum (the
+    fast-algorithm chapter measures it)."""
     return len(result.active) <= STALL_SIZE
 
 
@@ -492,7 +499,7 @@ def fast_regression(Phi, t, *, beta_schedule="auto", **settings):
     keeps the higher evidence. 'auto' (the default) holds β only until no addition
     or deletion pays and every α is within a factor e^`HOLD_TOL` of its optimum — the
     held phase only has to find the basis functions, not settle their α — and runs
-    'update' as well only when that run `stalled`. (The fast-algorithm chapter
+    'hold' in full as well only when that run `stalled`. (The fast-algorithm chapter
     measures all of them.) The columns are scaled to unit norm once for all runs;
     ``settings`` go to `fast_on_unit_columns`.
     """
@@ -502,8 +509,9 @@ def fast_regression(Phi, t, *, beta_schedule="auto", **settings):
     runs = []
     if beta_schedule == "auto":
         runs.append(held_then_released(Phi_unit, usable, t, HOLD_TOL, **settings))
-        if stalled(runs[0]):
-            runs.append(fast_on_unit_columns(Phi_unit, usable, t, **settings))
+        if stalled(runs[0]):                            # hold β until the α settle
+            runs.append(held_then_released(Phi_unit, usable, t, settings.get("tol", 1e-3),
+                                           **settings))
     if beta_schedule in ("update", "both"):
         runs.append(fast_on_unit_columns(Phi_unit, usable, t, **settings))
     if beta_schedule in ("hold", "both"):
