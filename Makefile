@@ -13,7 +13,7 @@ export OPENBLAS_NUM_THREADS = 1
 export MKL_NUM_THREADS = 1
 export PYDEVD_DISABLE_FILE_VALIDATION = 1
 
-.PHONY: book test bench install clean chromium
+.PHONY: book test bench install clean chromium pdf
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,13 @@ book: $(STAMP)
 
 test: $(STAMP) chromium
 	$(PY) -m pytest
+
+# The whole book as one PDF (not part of `make test`): a single-page HTML build,
+# printed by headless Chromium once MathJax has typeset it. Offline, like the book.
+pdf: $(STAMP) chromium
+	rm -rf _build/singlehtml
+	$(VENV)/bin/jupyter-book build . --builder singlehtml -W -n --keep-going
+	$(PY) tests/book/chromium.py _build/singlehtml/index.html _build/kernelref.pdf
 
 bench: $(STAMP)
 	$(PY) -m benchmarks

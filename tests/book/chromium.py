@@ -162,3 +162,43 @@ class Chromium:
             os.close(self._to_browser)
             os.close(self._from_browser)
             shutil.rmtree(self.profile, ignore_errors=True)
+
+
+def print_to_pdf(html, pdf, executable=None):
+    """Print a built page (MathJax typeset first) to a PDF file: ``make pdf``."""
+    import base64
+
+    executable = executable or find_chromium()
+    if executable is None:
+        raise SystemExit("Chromium is needed for the PDF: apt-get install chromium")
+    browser = Chromium(executable, timeout=600)
+    try:
+        browser.open(Path(html).resolve().as_uri())
+        browser.evaluate(
+            "(async () => { if (window.MathJax && MathJax.startup) "
+            "await MathJax.startup.promise; await document.fonts.ready; "
+            "document.querySelectorAll('details').forEach((d) => { d.open = false; }); "
+            "})()"
+        )
+        data = browser.call(
+            "Page.printToPDF",
+            printBackground=True,
+            preferCSSPageSize=False,
+            paperWidth=8.27,
+            paperHeight=11.69,
+            marginTop=0.6,
+            marginBottom=0.6,
+            marginLeft=0.5,
+            marginRight=0.5,
+        )["data"]
+        Path(pdf).write_bytes(base64.b64decode(data))
+    finally:
+        browser.close()
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) != 3:
+        raise SystemExit("usage: python tests/book/chromium.py PAGE.html OUT.pdf")
+    print_to_pdf(sys.argv[1], sys.argv[2])
