@@ -91,6 +91,14 @@ def command_overhead(directory, n, d, repeats):
     start = time.process_time()
     python_api()
     cpu_python = time.process_time() - start
+    cpu_import = []
+    for _ in range(repeats):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run([sys.executable, "-c", "import kernelref.svm"], check=True)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu_import.append(
+            after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+        )
     print(f"svm-train, RBF C-SVC, N={n}, D={d} (best of {repeats})")
     for name, value in best.items():
         print(f"  {name:44s} {value:8.3f} s")
@@ -102,6 +110,9 @@ def command_overhead(directory, n, d, repeats):
     print(
         f"  CPU time: command {min(cpu):.3f} s, Python API {cpu_python:.3f} s, overhead "
         f"{min(cpu) - cpu_python:.3f} s (less sensitive to other processes' load)"
+    )
+    print(
+        f"  of which starting Python and importing kernelref.svm: {min(cpu_import):.3f} s CPU"
     )
     print(
         f"  ratio kernelref command / scikit-learn libsvm = "

@@ -54,6 +54,7 @@ def fit(args):
         with runtime.progress_bar(args, steps, f"fit {cls.__name__}") as bar:
             estimator.fit(X) if y is None else estimator.fit(X, y)
             bar.update(1)
+        log(args, f"fitted: {_fitted_summary(estimator)}")
         estimator.save(
             args.out,
             provenance={
@@ -66,6 +67,27 @@ def fit(args):
             client.close()
     say(args, f"saved {type(estimator).__name__} to {args.out}")
     return 0
+
+
+def _fitted_summary(estimator):
+    """Iterations, model size and evidence, where the estimator has them."""
+    parts = []
+    for name in (
+        "n_iter_",
+        "support_",
+        "relevance_",
+        "log_marginal_likelihood_value_",
+        "log_evidence_",
+    ):
+        value = getattr(estimator, name, None)
+        if value is not None:
+            if name in ("support_", "relevance_"):
+                shown = len(value)
+            else:
+                shown = np.ravel(value)
+                shown = f"{shown[0]:.6g}" if shown.size == 1 else shown.tolist()
+            parts.append(f"{name.rstrip('_')}={shown}")
+    return ", ".join(parts) or "done"
 
 
 def _check_target(cls, y, args):
