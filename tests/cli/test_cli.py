@@ -17,7 +17,12 @@ import pytest
 
 import kernelref
 from kernelref.cli import models
-from tests.cli.conftest import environment
+
+
+def environment():
+    """One BLAS thread per command, as the Makefile sets for the suite."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+
 
 rng = np.random.default_rng(1)
 X = rng.normal(size=(60, 3))

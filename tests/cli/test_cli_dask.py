@@ -7,9 +7,9 @@ import time
 
 import numpy as np
 import pytest
+from test_cli import write_csv  # tests/cli is on sys.path (rootdir-less test dir)
 
 import kernelref
-from tests.cli.test_cli import write_csv
 
 distributed = pytest.importorskip("distributed")
 pytestmark = pytest.mark.slow
@@ -223,8 +223,9 @@ def test_unreachable_scheduler_fails_within_the_timeout(run, tmp_path):
 def test_every_backend_model_saves_and_loads_bit_identically(tmp_path):
     """Each estimator of backends.dask, found by name as the command line finds
     it, fitted on a cluster, saved and loaded: the same predictions, bit for bit."""
+    from test_cli import outputs
+
     from kernelref.cli.models import backend_estimators
-    from tests.cli.test_cli import outputs
 
     y = (X[:, 0] + X[:, 1] > 0).astype(int)
     found = backend_estimators()
