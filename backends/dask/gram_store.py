@@ -12,7 +12,7 @@ Layout of the group at ``path``:
 
 A chunk is written whole and atomically (zarr's local store writes a
 temporary file and renames it), so the chunks present are the finished
-blocks: an interrupted build resumes from them. Each chunk's sha256 is
+blocks: an interrupted build resumes from them. Each chunk's CRC-32 is
 recorded beside it (``backends.dask.integrity``) and checked before the
 chunk is used: ``open`` and ``block`` refuse a missing or damaged chunk,
 naming the store and the block, and ``build`` recomputes it.
