@@ -175,6 +175,32 @@ def test_bad_arguments_are_refused(kwargs, error, match):
         GaussianProcessRegressor(optimizer=None, **kwargs).fit(X, y)
 
 
+@pytest.mark.parametrize(
+    "kernel",
+    [1.0 * RBF(0.3), 0.8 * RBF(0.7) + White(0.05), 2.0 * (RBF(0.3) + White(0.1))],
+)
+def test_rectangular_gradient_contraction_equals_the_stacked_one(kernel):
+    """The fast path on a rectangular tile equals gradient_dot on the stacked inputs."""
+    from backends.dask.gp.tiles import cross_gradient_dot
+
+    rng = np.random.default_rng(9)
+    X_i, X_j, W = (
+        rng.normal(size=(30, 2)),
+        rng.normal(size=(20, 2)),
+        rng.normal(size=(30, 20)),
+    )
+    Z = np.concatenate([X_i, X_j])
+    W_stacked = np.zeros((50, 50))
+    W_stacked[:30, 30:] = W
+    W_stacked[30:, :30] = W.T
+    np.testing.assert_allclose(
+        2 * cross_gradient_dot(kernel, X_i, X_j, W),
+        kernel.gradient_dot(Z, W_stacked),
+        rtol=1e-12,
+        atol=1e-12,
+    )
+
+
 def test_right_looking_update_is_safe_to_rerun(tmp_path):
     """A rerun update task (a worker lost after it wrote) must not subtract twice."""
     from backends.dask import linalg

@@ -33,6 +33,7 @@ from backends.dask.runtime import read_chunk
 __all__ = [
     "CrossRhs",
     "KernelTiles",
+    "cross_gradient_dot",
     "forward_norms",
     "gradient_column",
     "kernel_times",
@@ -114,6 +115,40 @@ class ColumnRhs:
         return raw if s is None else raw * s[self.tiles.x_ref.rows(i), None]
 
 
+def cross_gradient_dot(kernel, X, Y, W):
+    """Σ_ab W_ab ∂k(X, Y)_ab/∂log θ on a rectangular tile, in ``theta``'s order, for
+    kernels built of ``Scaled``, ``Sum``, ``RBF``, ``White`` and ``Constant``;
+    None for any other kernel (the caller then stacks the inputs).
+
+    ∂(c·k₁)/∂log c = c·k₁, ∂ exp(−γd²)/∂log γ = −γd² exp(−γd²); White is zero
+    between different points and Constant's derivative is its value.
+    """
+    name, module = type(kernel).__name__, type(kernel).__module__
+    if module == "kernelref.kernels.compose" and name == "Scaled":
+        inner = cross_gradient_dot(kernel.kernel, X, Y, W)
+        if inner is None:
+            return None
+        own = [kernel.scale * np.vdot(W, kernel.kernel(X, Y))] if kernel._own() else []
+        return np.concatenate([own, kernel.scale * inner])
+    if module == "kernelref.kernels.compose" and name == "Sum":
+        parts = [cross_gradient_dot(k, X, Y, W) for k in (kernel.k1, kernel.k2)]
+        return None if any(p is None for p in parts) else np.concatenate(parts)
+    if module == "kernelref.kernels.compose" and name == "Constant":
+        return (
+            np.array([float(kernel.value) * W.sum()]) if kernel._own() else np.empty(0)
+        )
+    if module == "kernelref.kernels.noise" and name == "White":
+        return np.zeros(1) if kernel._own() else np.empty(0)
+    if module == "kernelref.kernels.vector" and name == "RBF":
+        if not kernel._own():
+            return np.empty(0)
+        G = kernel.log_kernel(X, Y)  # −γd²
+        E = np.exp(G)
+        G *= E
+        return np.array([np.vdot(W, G)])
+    return None
+
+
 def tile_gradient_dot(kernel, X_i, X_j, W_ij, same):
     """Σ_ab W_ab ∂K_ab/∂log θ over tile (i, j) and, off the diagonal, its mirror (j, i).
 
@@ -123,6 +158,9 @@ def tile_gradient_dot(kernel, X_i, X_j, W_ij, same):
     """
     if same:
         return np.asarray(kernel.gradient_dot(X_i, W_ij), dtype=np.float64)
+    direct = cross_gradient_dot(kernel, X_i, X_j, W_ij)
+    if direct is not None:
+        return 2.0 * np.asarray(direct, dtype=np.float64)
     m = len(X_i)
     Z = np.concatenate([X_i, X_j], axis=0)
     W = np.zeros((len(Z), len(Z)))
