@@ -17,6 +17,12 @@ def say(args, text):
     print(text)
 
 
+def note(args, text):
+    """A note on stderr, silenced by --quiet."""
+    if not args.quiet:
+        print(f"kernelref: {text}", file=sys.stderr)
+
+
 def log(args, text):
     if args.verbose:
         print(f"kernelref: {text}", file=sys.stderr)
@@ -35,6 +41,11 @@ def fit(args):
                 "drop --store or use --backend dask."
             )
         params["store"] = args.store
+    elif "store" in accepted and params.get("store") is None:
+        # a backend model may refer to arrays in its store (a GP's factor), so the
+        # store must outlive this process: keep it beside the model file
+        params["store"] = args.out + ".store"
+        note(args, f"the backend's store is {params['store']} (choose with --store)")
     client = runtime.connect(args) if args.backend == "dask" else _refuse_cluster(args)
     try:
         X, y = data.read(
