@@ -73,10 +73,20 @@ def compare(X, t, gamma, EMRVR):
     """One problem: the default RVR, re-estimation and EM; a dict of the numbers."""
     fast, t_fast, _ = timed_fit(RVR(gamma=gamma), X, t)
     slow, t_slow, slow_ok = timed_fit(RVR(gamma=gamma, method="reestimate"), X, t)
-    row = dict(t_fast=t_fast, t_slow=t_slow, L_fast=fast.log_evidence_,
-               L_slow=slow.log_evidence_, m_fast=len(fast.relevance_),
-               m_slow=len(slow.relevance_), it_fast=fast.n_iter_, it_slow=slow.n_iter_,
-               fresh=fast.n_factorisations_, slow_ok=slow_ok, t_em=np.nan, m_em=-1)
+    row = dict(
+        t_fast=t_fast,
+        t_slow=t_slow,
+        L_fast=fast.log_evidence_,
+        L_slow=slow.log_evidence_,
+        m_fast=len(fast.relevance_),
+        m_slow=len(slow.relevance_),
+        it_fast=fast.n_iter_,
+        it_slow=slow.n_iter_,
+        fresh=fast.n_factorisations_,
+        slow_ok=slow_ok,
+        t_em=np.nan,
+        m_em=-1,
+    )
     if EMRVR is not None:
         em, row["t_em"], _ = timed_fit(EMRVR(kernel="rbf", gamma=gamma), X, t)
         row["m_em"] = len(em.relevance_)
@@ -85,29 +95,42 @@ def compare(X, t, gamma, EMRVR):
 
 def print_row(name, r):
     peer = np.nanmin([r["t_slow"], r["t_em"]])
-    print(f"  {name:24s} {r['t_fast']:7.3f} {r['t_slow']:7.3f} {r['t_em']:7.3f} "
-          f"{r['t_fast'] / peer:6.2f} {r['L_fast']:10.2f} {r['L_fast'] - r['L_slow']:+8.2f} "
-          f"{r['m_fast']:4d} {r['m_slow']:4d} {r['m_em']:4d} {r['it_fast']:6d} "
-          f"{r['fresh']:5d} {r['it_slow']:6d}", flush=True)
+    print(
+        f"  {name:24s} {r['t_fast']:7.3f} {r['t_slow']:7.3f} {r['t_em']:7.3f} "
+        f"{r['t_fast'] / peer:6.2f} {r['L_fast']:10.2f} {r['L_fast'] - r['L_slow']:+8.2f} "
+        f"{r['m_fast']:4d} {r['m_slow']:4d} {r['m_em']:4d} {r['it_fast']:6d} "
+        f"{r['fresh']:5d} {r['it_slow']:6d}",
+        flush=True,
+    )
     return r["t_fast"] / peer, r["L_fast"] - r["L_slow"]
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--seeds", type=int, default=2, help="seeds per Friedman setting")
-    parser.add_argument("--n-large", type=int, default=2000, help="N of the large sinc runs")
+    parser.add_argument(
+        "--seeds", type=int, default=2, help="seeds per Friedman setting"
+    )
+    parser.add_argument(
+        "--n-large", type=int, default=2000, help="N of the large sinc runs"
+    )
     parser.add_argument("--skip-large", action="store_true")
     args = parser.parse_args(argv)
     EMRVR = em_peer()
-    print("RVR: default (fast) against re-estimation and sklearn-rvm's EM, one process, "
-          "single-threaded BLAS; the machine may be shared, so times are noisy: "
-          "iterations and fresh factorisations do not depend on it.")
+    print(
+        "RVR: default (fast) against re-estimation and sklearn-rvm's EM, one process, "
+        "single-threaded BLAS; the machine may be shared, so times are noisy: "
+        "iterations and fresh factorisations do not depend on it."
+    )
     if EMRVR is None:
-        print("sklearn-rvm is not importable here: its EM regressor is not compared "
-              "(ratios are against re-estimation alone).")
-    print(f"  {'problem':24s} {'fast/s':>7s} {'re/s':>7s} {'EM/s':>7s} {'ratio':>6s} "
-          f"{'L fast':>10s} {'L-L_re':>8s} {'RVs':>4s} {'re':>4s} {'EM':>4s} {'iters':>6s} "
-          f"{'fact':>5s} {'re it':>6s}")
+        print(
+            "sklearn-rvm is not importable here: its EM regressor is not compared "
+            "(ratios are against re-estimation alone)."
+        )
+    print(
+        f"  {'problem':24s} {'fast/s':>7s} {'re/s':>7s} {'EM/s':>7s} {'ratio':>6s} "
+        f"{'L fast':>10s} {'L-L_re':>8s} {'RVs':>4s} {'re':>4s} {'EM':>4s} {'iters':>6s} "
+        f"{'fact':>5s} {'re it':>6s}"
+    )
     ratios, gaps = [], []
     for k in (1, 2, 3):
         for c in FRIEDMAN_C:
@@ -125,27 +148,33 @@ def main(argv=None):
         ratios.append(ratio)
         gaps.append(gap)
     ratios, gaps = np.array(ratios), np.array(gaps)
-    print(f"  target: ratio <= 0.5 and L - L_re >= -0.5 on every row; met on "
-          f"{int(np.sum((ratios <= 0.5) & (gaps >= -0.5)))} of {len(ratios)} rows "
-          f"(ratio <= 0.5 on {int(np.sum(ratios <= 0.5))}, evidence on "
-          f"{int(np.sum(gaps >= -0.5))}); median ratio {np.median(ratios):.2f}, "
-          f"worst evidence gap {gaps.min():+.2f} nats")
+    print(
+        f"  target: ratio <= 0.5 and L - L_re >= -0.5 on every row; met on "
+        f"{int(np.sum((ratios <= 0.5) & (gaps >= -0.5)))} of {len(ratios)} rows "
+        f"(ratio <= 0.5 on {int(np.sum(ratios <= 0.5))}, evidence on "
+        f"{int(np.sum(gaps >= -0.5))}); median ratio {np.median(ratios):.2f}, "
+        f"worst evidence gap {gaps.min():+.2f} nats"
+    )
 
     if args.skip_large:
         return
-    print(f"RVR on sinc, N={args.n_large}, noise 0.1, seed 0: default against re-estimation "
-          "(10000 iterations at most)")
+    print(
+        f"RVR on sinc, N={args.n_large}, noise 0.1, seed 0: default against re-estimation "
+        "(10000 iterations at most)"
+    )
     X, t = sinc_data(args.n_large, 0)
     for gamma in (SINC_GAMMA, 0.25):
         fast, t_fast, _ = timed_fit(RVR(gamma=gamma), X, t)
         slow, t_slow, slow_ok = timed_fit(RVR(gamma=gamma, method="reestimate"), X, t)
-        print(f"  gamma={gamma:.4f}: fast {t_fast:.2f} s ({fast.n_iter_} iterations, "
-              f"{fast.n_factorisations_} factorisations, {len(fast.relevance_)} RVs, "
-              f"L = {fast.log_evidence_:.2f}); re-estimation {t_slow:.2f} s "
-              f"({slow.n_iter_} iterations{'' if slow_ok else ', not converged'}, "
-              f"{len(slow.relevance_)} RVs, L = {slow.log_evidence_:.2f}); speed-up "
-              f"{t_slow / t_fast:.1f}x (target >= 30x), evidence difference "
-              f"{fast.log_evidence_ - slow.log_evidence_:+.2f} nats (target >= 0)")
+        print(
+            f"  gamma={gamma:.4f}: fast {t_fast:.2f} s ({fast.n_iter_} iterations, "
+            f"{fast.n_factorisations_} factorisations, {len(fast.relevance_)} RVs, "
+            f"L = {fast.log_evidence_:.2f}); re-estimation {t_slow:.2f} s "
+            f"({slow.n_iter_} iterations{'' if slow_ok else ', not converged'}, "
+            f"{len(slow.relevance_)} RVs, L = {slow.log_evidence_:.2f}); speed-up "
+            f"{t_slow / t_fast:.1f}x (target >= 30x), evidence difference "
+            f"{fast.log_evidence_ - slow.log_evidence_:+.2f} nats (target >= 0)"
+        )
 
 
 if __name__ == "__main__":
