@@ -74,10 +74,11 @@ def _looks_libsvm(path):
     return False
 
 
-def read_libsvm(path):
+def read_libsvm(path, sparse=False):
     """libsvm's sparse format: ``label index:value ...`` with indices from 1 in
-    increasing order; ``#`` starts a comment (svmlight). Returns dense X with as
-    many columns as the largest index, as libsvm's ``svm-train`` reads it."""
+    increasing order; ``#`` starts a comment (svmlight). X has as many columns
+    as the largest index, as libsvm's ``svm-train`` reads it: dense, or with
+    `sparse` a CSR matrix of the stored entries."""
     labels, rows, width = [], [], 0
     with open(path, encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
@@ -115,11 +116,13 @@ def read_libsvm(path):
         raise DataError(
             f"{path}: no data lines; a libsvm file has one 'label i:v ...' per line."
         )
-    X = np.zeros((len(rows), width))
-    for n, row in enumerate(rows):
-        for index, value in row.items():
-            X[n, index - 1] = value
-    return X, np.array(labels)
+    from scipy.sparse import csr_matrix
+
+    indptr = np.cumsum([0] + [len(row) for row in rows])
+    indices = np.fromiter((i - 1 for row in rows for i in row), dtype=np.int64)
+    values = np.fromiter((v for row in rows for v in row.values()), dtype=np.float64)
+    X = csr_matrix((values, indices, indptr), shape=(len(rows), width))
+    return (X if sparse else X.toarray()), np.array(labels)
 
 
 def _number(text, path, line, column, what):

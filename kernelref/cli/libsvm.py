@@ -207,7 +207,7 @@ def svm_train(argv):
         return 0
     estimator = build_estimator(options, weights)
     X, y = (
-        data.read_libsvm(data_file)
+        _training_data(data_file, estimator)
         if options["kernel_type"] != 4
         else _precomputed(data_file)
     )
@@ -227,6 +227,21 @@ def svm_train(argv):
     if not quiet:
         print(f"kernelref: wrote {model_file}", file=sys.stderr)
     return 0
+
+
+#: below this fraction of stored entries a libsvm file is trained on as sparse
+SPARSE_DENSITY = 0.25
+
+
+def _training_data(path, estimator):
+    """X sparse, as libsvm keeps it, when the file is mostly zeros and the
+    estimator takes sparse input (the SVMs on the linear, polynomial, RBF and
+    sigmoid kernels); dense otherwise."""
+    X, y = data.read_libsvm(path, sparse=True)
+    density = X.nnz / max(1, X.shape[0] * X.shape[1])
+    if density < SPARSE_DENSITY and type(estimator).__name__ != "PlattCalibrated":
+        return X, y
+    return X.toarray(), y
 
 
 def _precomputed(path):

@@ -647,3 +647,23 @@ def test_every_data_format_reads_the_same_numbers(tmp_path):
     for name, (X_read, y_read) in readings.items():
         assert np.array_equal(X_read, X), name
         assert np.array_equal(y_read, target), name
+
+
+def test_sparse_libsvm_file_trains_as_sparse_and_predicts_alike(cli, tmp_path):
+    X_sparse = np.where(np.abs(X) > 1.2, X, 0.0)  # about 23% stored
+    y_class = np.where(X[:, 0] + X[:, 1] > 0, 1, -1)
+    write_libsvm(tmp_path / "sparse.svm", X_sparse, y_class)
+    assert cli("svm-train", "-c", "4", "-g", "0.5", "sparse.svm", "s.krm")[0] == 0
+    model = kernelref.load(tmp_path / "s.krm")
+    assert type(model.support_vectors_).__module__.startswith("scipy.sparse")
+    dense = kernelref.svm.SVC(C=4, gamma=0.5).fit(X_sparse, y_class)
+    assert np.array_equal(model.support_, dense.support_)
+    np.testing.assert_allclose(
+        model.decision_function(X_test),
+        dense.decision_function(X_test),
+        rtol=1e-10,
+        atol=1e-12,
+    )
+    write_libsvm(tmp_path / "test.svm", X_test, np.ones(len(X_test), dtype=int))
+    assert cli("svm-predict", "test.svm", "s.krm", "out.txt")[0] == 0
+    assert np.array_equal(np.loadtxt(tmp_path / "out.txt"), dense.predict(X_test))
