@@ -217,8 +217,14 @@ def _evaluate(args):
         )
     report = {"model": type(model).__name__, "samples": len(y)}
     kind = getattr(model, "_estimator_type", None)
+    if not hasattr(model, "predict"):
+        raise UsageError(
+            f"{type(model).__name__} predicts no targets to compare with "
+            "(it transforms); `kernelref predict` writes its projection."
+        )
     predicted = model.predict(X)
-    if kind == "classifier":
+    if kind in ("classifier", "outlier_detector"):
+        # an outlier detector's labels are +1 (inlier) and -1 (outlier)
         report["accuracy"] = float(np.mean(predicted == _like(y, predicted)))
     else:
         residual = np.asarray(predicted, dtype=float) - np.asarray(y, dtype=float)
