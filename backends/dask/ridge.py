@@ -103,9 +103,14 @@ class KernelRidge(ReferenceKernelRidge):
     dual_coef_, X_fit_, kernel_, n_features_in_
         As in the reference.
     n_iter_ : int
-        Iterations of the conjugate gradients (``solver="cg"`` only).
+        Iterations of the conjugate gradients (``solver="cg"`` or ``"nystrom"``).
     store_ : str
         The Gram store used (``solver="cholesky"`` only).
+    fit_store_ : str
+        The fit store of an iterative solver (X, t and the CG checkpoint).
+    centre_indices_ : ndarray
+        Rows of X chosen as Nyström centres (``solver="nystrom"``; ``X_fit_`` is
+        X[centre_indices_]).
     """
 
     def __init__(self, lam=1.0, kernel="rbf", gamma=None, degree=3, coef0=1, store=None,
