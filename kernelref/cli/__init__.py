@@ -7,6 +7,7 @@ file, line, column or argument at fault and the fix.
 
 import argparse
 import sys
+import traceback
 
 from kernelref.cli import commands, libsvm, runtime
 from kernelref.cli.data import DataError
@@ -239,7 +240,18 @@ def main(argv=None):
         RuntimeError,
         ImportError,
     ) as error:
+        if "--verbose" in argv:
+            traceback.print_exc()
         print(f"kernelref: error: {error}", file=sys.stderr)
+        return 1
+    except Exception as error:  # noqa: BLE001 (the last resort: a message, not a trace)
+        if "--verbose" in argv:
+            traceback.print_exc()
+        print(
+            f"kernelref: error: {type(error).__name__}: {error} (unexpected; rerun with "
+            "--verbose for the traceback, and please report it)",
+            file=sys.stderr,
+        )
         return 1
 
 
