@@ -17,7 +17,6 @@ import numbers
 from dataclasses import replace
 
 import numpy as np
-from scipy.optimize import linprog
 
 from kernelref._validation import (
     plain,
@@ -239,6 +238,9 @@ class _BaseSVC(ClassifierMixin, _BaseSVM):
 
     def _check_separable(self, rows, idx, y_pm):
         """Hard margin: is there β, b with y_n(Σ_m K_nm β_m + b) ≥ 1? (a linear program)."""
+        # Imported here: scipy.optimize costs 0.2 s at start-up, and only C=inf uses it.
+        from scipy.optimize import linprog
+
         K = np.array([rows.row(n)[idx] for n in idx])
         A = -y_pm[:, None] * np.column_stack([K, np.ones(len(idx))])
         res = linprog(np.zeros(len(idx) + 1), A_ub=A, b_ub=-np.ones(len(idx)),
