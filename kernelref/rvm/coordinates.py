@@ -27,7 +27,8 @@ from kernelref.rvm.design import posterior
 __all__ = ["add_coordinate", "add_in_span_step", "add_step", "coordinate_posterior",
            "delete_step", "drop_coordinate",
            "fresh_statistics", "inverse_H", "measured_drift", "orthonormal_coordinates",
-           "rank_one_SQ", "reestimate_step", "span_residual", "stable_SQ"]
+           "rank_one_SQ", "reestimate_step", "span_residual", "split_log_evidence",
+           "stable_SQ"]
 
 
 def orthonormal_coordinates(Phi, active):
@@ -123,10 +124,24 @@ def inverse_H(R, alpha, beta):
 
 
 def fresh_statistics(Psi, active, alpha, beta, residual, PhiT_t, tau):
-    """S, Q of every column (`stable_SQ`) and H⁻¹ (`inverse_H`), from scratch: the
-    starting point of the rank-one updates, and what they are refreshed to."""
+    """S, Q of every column (`stable_SQ`), H⁻¹ (`inverse_H`) and log|H| and τᵀH⁻¹τ
+    (as a sum of squares), from scratch: the starting point of the rank-one
+    updates, what they are refreshed to, and with C = β⁻¹[(I − UUᵀ) + UHUᵀ] the
+    evidence (`split_log_evidence`)."""
     S, Q = stable_SQ(Psi, active, alpha, beta, residual, PhiT_t, tau)
-    return S, Q, inverse_H(Psi[:, active], alpha, beta)
+    G = Psi[:, active] * np.sqrt(beta / alpha)
+    H = G @ G.T
+    H.flat[:: len(H) + 1] += 1.0
+    L = cholesky(H, lower=True, check_finite=False)
+    L_inv = solve_triangular(L, np.eye(len(H)), lower=True, check_finite=False)
+    z = L_inv @ tau
+    return S, Q, L_inv.T @ L_inv, 2.0 * np.sum(np.log(np.diag(L))), z @ z
+
+
+def split_log_evidence(N, beta, log_det_H, tau_H_tau, perp):
+    """log N(t | 0, C) with C = β⁻¹[(I − UUᵀ) + UHUᵀ] (label ``rvm-evidence-split``):
+    log|C| = −N log β + log|H| and tᵀC⁻¹t = β(‖(I − UUᵀ)t‖² + τᵀH⁻¹τ)."""
+    return -0.5 * (N * np.log(2 * np.pi / beta) + log_det_H + beta * (perp + tau_H_tau))
 
 
 def rank_one_SQ(S, Q, v, kappa, j):

@@ -34,7 +34,8 @@ import numpy as np
 from kernelref.rvm.coordinates import (
     add_coordinate, add_in_span_step, add_step, coordinate_posterior, delete_step,
     drop_coordinate, fresh_statistics,
-    measured_drift, orthonormal_coordinates, rank_one_SQ, reestimate_step, span_residual)
+    measured_drift, orthonormal_coordinates, rank_one_SQ, reestimate_step, span_residual,
+    split_log_evidence)
 from kernelref.rvm.design import initial_beta
 from kernelref.rvm.reestimate import gamma_factors
 
@@ -325,17 +326,18 @@ def refresh(model, Phi, usable, t, PhiT_t, alignment_max, measure=False):
     active, alpha, beta, U, Psi = model.active, model.alpha, model.beta, model.U, model.Psi
     if U.shape[1] > len(active):                        # drop the deleted directions
         U, Psi = drop_coordinate(U, Psi, Psi[:, active])
+    align = model.align                                 # kept exact by every action
+    if align is None and alignment_max < 1:             # |φ_iᵀφ_j|, j in the model
+        align = np.max(np.abs(Psi.T @ Psi[:, active]), axis=1)
     tau = U.T @ t
     perp = max(t @ t - tau @ tau, 0.0)                  # ‖(I − UUᵀ)t‖²
     residual = span_residual(Psi, usable.astype(float))
-    S, Q, G = fresh_statistics(Psi, active, alpha[active], beta, residual, PhiT_t, tau)
-    align = None
-    if alignment_max < 1:
-        align = np.max(np.abs(Psi.T @ Psi[:, active]), axis=1)   # |φ_iᵀφ_j|, j in the model
-    post = coordinate_posterior(Psi[:, active], tau, perp, alpha[active], beta, len(t))
+    S, Q, G, log_det_H, tau_H_tau = fresh_statistics(Psi, active, alpha[active], beta,
+                                                     residual, PhiT_t, tau)
+    log_evidence = split_log_evidence(len(t), beta, log_det_H, tau_H_tau, perp)
     interval, drift = model.interval, model.drift
     if measure and model.since_fresh > 0:
-        tCt = beta * (perp + tau @ G @ tau)               # tᵀC⁻¹t (rvm-SQ-stable)
+        tCt = beta * (perp + tau_H_tau)                 # tᵀC⁻¹t (rvm-SQ-stable)
         measured = measured_drift(model.S, model.Q, S, Q, tCt)
         drift = max(drift, measured)
         if measured <= DRIFT_MAX / 1e4:
@@ -343,7 +345,7 @@ def refresh(model, Phi, usable, t, PhiT_t, alignment_max, measure=False):
         elif measured > DRIFT_MAX / 100:
             interval = max(interval // 4, 1)
     return model._replace(U=U, Psi=Psi, tau=tau, perp=perp, residual=residual, S=S, Q=Q,
-                          G=G, align=align, log_evidence=post.log_evidence, since_fresh=0,
+                          G=G, align=align, log_evidence=log_evidence, since_fresh=0,
                           dead=np.zeros(len(alpha), dtype=bool),
                           interval=interval, drift=drift, n_fresh=model.n_fresh + 1)
 
@@ -438,7 +440,8 @@ def delete_basis_function(model, j, alignment_max):
     if alignment_max < 1:
         # Only the columns whose closest model column was j can lose alignment.
         Psi = model.Psi
-        affected = np.flatnonzero(np.abs(Psi.T @ Psi[:, j]) >= align)
+        # (j itself among them; the factor absorbs the rounding of recomputed cosines).
+        affected = np.flatnonzero(np.abs(Psi.T @ Psi[:, j]) >= align * (1 - 1e-9))
         align = align.copy()
         align[affected] = np.max(np.abs(Psi[:, affected].T @ Psi[:, active]), axis=1)
     return _rank_one(model, j, v, kappa, G, alpha=alpha, active=active, dead=dead,

@@ -149,3 +149,32 @@ def test_drift_stays_below_its_bound_on_a_long_run():
     assert model.interval > REFRESH_INTERVAL  # and the interval grew
     assert 0 < worst <= DRIFT_MAX
     assert model.drift <= worst  # the loop measured no more
+
+
+def test_refresh_evidence_equals_the_coordinate_posterior_and_the_explicit_density():
+    """The evidence of a fresh factorisation from log|H| and τᵀH⁻¹τ (rvm-evidence-split)
+    against the posterior of the coordinates and an N×N density."""
+    from scipy.stats import multivariate_normal
+
+    from kernelref.rvm.coordinates import coordinate_posterior
+
+    Phi, usable, t = unit_problem(seed=2, n=60, gamma=0.1)
+    alpha = np.full(Phi.shape[1], np.inf)
+    active = np.array([0, 7, 19, 33])
+    alpha[active] = [0.5, 2.0, 1.0, 4.0]
+    beta = 2.0
+    model = refresh(
+        initial_model(Phi, active, alpha, beta),
+        Phi,
+        usable,
+        t,
+        Phi.T @ t,
+        ALIGNMENT_MAX,
+    )
+    post = coordinate_posterior(
+        model.Psi[:, active], model.tau, model.perp, alpha[active], beta, len(t)
+    )
+    C = np.eye(len(t)) / beta + (Phi[:, active] / alpha[active]) @ Phi[:, active].T
+    dense = multivariate_normal(np.zeros(len(t)), C).logpdf(t)
+    assert model.log_evidence == pytest.approx(post.log_evidence, rel=1e-12)
+    assert model.log_evidence == pytest.approx(dense, rel=1e-10)
