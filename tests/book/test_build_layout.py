@@ -6,7 +6,7 @@ cell, and measures ``scrollWidth > clientWidth`` of each display equation and
 each code block. A wider element hides its right part behind a horizontal
 scroll bar (with the equation number drawn over it).
 
-At 1400 px every equation, code block and printed output must fit. On a
+At 1400 px every equation, code block, printed output and table must fit. On a
 phone, code scrolls (88 characters cannot fit 390 px); an equation may scroll
 inside its own box too, but must not be clipped or have its number drawn over
 it.
@@ -78,6 +78,18 @@ MEASURE = r"""
       scroll: el.scrollWidth,
       client: el.clientWidth,
       chars: longest.length,
+    });
+  });
+  main.querySelectorAll('table').forEach((table, i) => {
+    // the theme wraps a table in a box that scrolls sideways
+    const box = table.closest('.pst-scrollable-table-container') || table.parentElement;
+    const caption = table.querySelector('caption');
+    records.push({
+      kind: 'table',
+      name: caption ? caption.textContent.trim().slice(0, 70) : `table #${i + 1}`,
+      section: section(table),
+      scroll: box.scrollWidth,
+      client: box.clientWidth,
     });
   });
   return records;
@@ -173,7 +185,9 @@ def test_equations_and_code_fit_the_column_at_1400_px(measured):
     problems = [
         describe(page, r)
         for page, records in measured[DESKTOP].items()
-        for r in overflows(records, {"equation", "code cell", "code block", "output"})
+        for r in overflows(
+            records, {"equation", "code cell", "code block", "output", "table"}
+        )
     ]
     assert not problems, f"{len(problems)} elements overflow:\n" + "\n".join(problems)
 
