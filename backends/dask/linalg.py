@@ -132,10 +132,12 @@ def tiled_cholesky(K, lam, L, client, order="right"):
 # right-looking order applies each column's update to the trailing matrix as
 # soon as that column is factored,
 #
-#     A⁽ᵏ⁺¹⁾_ij = A⁽ᵏ⁾_ij − L_ik L_jkᵀ,   i ≥ j > k      (one task per tile and k)
+#     A⁽ᵏ⁺¹⁾_ij = A⁽ᵏ⁾_ij − L_ik L_jkᵀ,   i ≥ j > k
 #     L_kk = chol(A⁽ᵏ⁾_kk + λI),   L_ik = A⁽ᵏ⁾_ik L_kk⁻ᵀ   (A⁽⁰⁾ = K)
 #
-# so its critical path is about 3T tile operations. Priorities give lookahead:
+# so its critical path is about 3T tile operations. The update of step j − 1 to
+# a tile of column j is one task, as it lies on the critical path; the earlier
+# steps are applied ``UPDATE_BATCH`` at a time, one task and one write each. Priorities give lookahead:
 # the tasks that produce column k + 1 (its updates, POTRF and TRSMs) outrank the
 # rest of step k's updates, so the next panel is ready while the workers are
 # still busy with the trailing matrix. An update cannot be applied in place and
@@ -143,6 +145,10 @@ def tiled_cholesky(K, lam, L, client, order="right"):
 # ``<i>-<j>.<k+1>.npy`` in a work directory beside L, written atomically; the
 # task that finds a later version already written does nothing, and the version
 # it read is then deleted, so one version per trailing tile is kept on disk.
+#: Steps applied by one update task to a trailing tile away from the critical path.
+UPDATE_BATCH = 3
+
+
 def _version_path(work, i, j, k):
     return work / f"{i}-{j}.{k}.npy"
 
@@ -168,16 +174,27 @@ def _save_version(work, i, j, k, A):
     os.replace(temporary, path)
 
 
-def _update_task(K, L, work, i, j, k, b, *written):
-    """A⁽ᵏ⁺¹⁾_ij = A⁽ᵏ⁾_ij − L_ik L_jkᵀ, unless a version after k exists (a rerun)."""
-    if _latest_version(work, i, j) > k:
+def _update_task(K, L, work, i, j, k, b, *written, last=None):
+    """A⁽ᵐ⁺¹⁾_ij = A⁽ᵏ⁾_ij − Σ_{p=k..m} L_ip L_jpᵀ for m = ``last`` (default k): the
+    updates of steps k to m at once, unless a version after m exists (a rerun)."""
+    last = k if last is None else last
+    if _latest_version(work, i, j) > last:
         return
     A = _trailing_tile(K, work, i, j, k, b)
-    L_ik = _tile(L, i, k, b)
-    A -= L_ik @ (L_ik if i == j else _tile(L, j, k, b)).T
-    _save_version(work, i, j, k + 1, A)
+    for p in range(k, last + 1):
+        L_ip = _tile(L, i, p, b)
+        A -= L_ip @ (L_ip if i == j else _tile(L, j, p, b)).T
+    _save_version(work, i, j, last + 1, A)
     if k > 0:
         _version_path(work, i, j, k).unlink(missing_ok=True)
+
+
+def _step_batches(j, size):
+    """Steps 0..j−1 of tile column j's updates in batches: the last step alone (it is on
+    the critical path, just before panel j), the others ``size`` at a time."""
+    starts = list(range(0, j - 1, size))
+    batches = [(k, min(k + size, j - 1) - 1) for k in starts]
+    return batches + [(j - 1, j - 1)] if j > 0 else []
 
 
 def _panel_task(K, L, lam, work, i, k, b, *written):
@@ -212,24 +229,32 @@ def _right_looking(K, lam, L, client):
     work = pathlib.Path(L.store.root) / L.path / f"work-{run}"
     work.mkdir(parents=True)
     panel, update = {}, {}
+    # each trailing tile's updates, batched (a version written per batch, not per step)
+    batches = {j: _step_batches(j, UPDATE_BATCH) for j in range(T)}
+    done_after = {}  # (i, j, k): the update task after which A_ij has had steps ≤ k
     try:
         for k in range(T):
             # priority: the column a task produces, earliest first; panels first
             for i in range(k, T):
                 needs = [panel[k, k]] if i > k else []
                 if k > 0:
-                    needs.append(update[i, k, k - 1])
+                    needs.append(done_after[i, k, k - 1])
                 panel[i, k] = client.submit(
                     _panel_task, K, L, lam, work, i, k, b, *needs,
                     key=f"cholesky-panel-{i}-{k}-{run}", priority=3 * (T - k) + 2)
             for j in range(k + 1, T):
-                for i in range(j, T):
-                    needs = [panel[i, k], panel[j, k]]
-                    if k > 0:
-                        needs.append(update[i, j, k - 1])
-                    update[i, j, k] = client.submit(
-                        _update_task, K, L, work, i, j, k, b, *needs,
-                        key=f"cholesky-update-{i}-{j}-{k}-{run}", priority=3 * (T - j))
+                for first, last in batches[j]:
+                    if last != k:
+                        continue
+                    for i in range(j, T):
+                        needs = [panel[i, p] for p in range(first, last + 1)]
+                        needs += [panel[j, p] for p in range(first, last + 1)]
+                        if first > 0:
+                            needs.append(done_after[i, j, first - 1])
+                        done_after[i, j, last] = update[i, j, last] = client.submit(
+                            _update_task, K, L, work, i, j, first, b, *needs, last=last,
+                            key=f"cholesky-update-{i}-{j}-{last}-{run}",
+                            priority=3 * (T - j))
         _wait_all(client, list(panel.values()) + list(update.values()))
     finally:
         shutil.rmtree(work, ignore_errors=True)
