@@ -62,6 +62,7 @@ __all__ = [
     "MatrixFreeGaussianProcessRegressor",
     "lanczos_tridiagonal",
     "slq_log_quadrature",
+    "nystrom_gp_mean",
 ]
 
 LOG_2PI = np.log(2.0 * np.pi)
@@ -378,3 +379,20 @@ class MatrixFreeGaussianProcessRegressor(ReferenceGaussianProcessRegressor):
         state = dict(self.__dict__)
         state.pop("_matrix_free", None)
         return state
+
+
+def nystrom_gp_mean(X, y, kernel, noise, n_centres, **options):
+    """The GP posterior mean on M Nyström centres (subset of regressors).
+
+    k(x, C)(K_MN K_NM + σ²K_MM)⁻¹K_MN t is Nyström kernel ridge with λ = σ²
+    (``nystrom-normal``), so this fits ``backends.dask.KernelRidge(solver=
+    "nystrom")`` with the GP's kernel and noise; ``options`` are its other
+    arguments (``centres``, ``chunk_size``, ``tol``, ``store``, ...). With M = N
+    the mean is the exact GP mean k*ᵀ(K + σ²I)⁻¹t. Returns the fitted estimator;
+    its ``predict`` is the mean.
+    """
+    from backends.dask.ridge import KernelRidge
+
+    return KernelRidge(
+        lam=noise, kernel=kernel, solver="nystrom", n_centres=n_centres, **options
+    ).fit(X, y)

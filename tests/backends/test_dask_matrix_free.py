@@ -114,3 +114,13 @@ def test_unsupported_kernel_is_refused_before_any_work(problem):
     model = mf.MatrixFreeGaussianProcessRegressor(kernel=Laplacian(), optimizer=None)
     with pytest.raises(ValueError, match="supports kernel=RBF"):
         model.fit(X, y)
+
+
+@pytest.mark.slow
+def test_nystrom_gp_mean_with_every_point_a_centre_is_the_exact_mean(client, problem):
+    X, y, kernel = problem
+    exact = ReferenceGPR(kernel=kernel, noise=NOISE, optimizer=None).fit(X, y)
+    model = mf.nystrom_gp_mean(
+        X, y, kernel, NOISE, len(X), chunk_size=150, tol=1e-8, progress=False
+    )
+    np.testing.assert_allclose(model.predict(X), exact.predict(X), atol=1e-6)
