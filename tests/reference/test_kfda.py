@@ -149,3 +149,16 @@ def test_scikit_learn_estimator_checks():
         results = check_estimator(KernelFisherDiscriminant(), on_fail=None)
     failed = {r["check_name"] for r in results if r["status"] == "failed"}
     assert failed == expected
+
+
+def test_model_file_round_trip(tmp_path):
+    from kernelref import load
+
+    X, y = blobs(15, THREE, seed=5)
+    model = KernelFisherDiscriminant(mu=0.05, kernel=RBF(0.5)).fit(X, y)
+    path = tmp_path / "kfda.model"
+    model.save(path)
+    loaded = load(path)
+    assert type(loaded) is KernelFisherDiscriminant
+    np.testing.assert_array_equal(loaded.transform(X), model.transform(X))
+    np.testing.assert_array_equal(loaded.predict(X), model.predict(X))
