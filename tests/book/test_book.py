@@ -14,7 +14,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 BOOK = REPO / "book"
 JUPYTER_BOOK = Path(sys.executable).with_name("jupyter-book")
-BUILD_TIMEOUT = 1800  # the build itself is the session fixture `book_build` (conftest.py)
+# the build itself is the session fixture `book_build` of conftest.py
+BUILD_TIMEOUT = 1800
 LOG_TAIL_LINES = 80
 
 # `$$ (label)` closes a labelled MyST display equation.
