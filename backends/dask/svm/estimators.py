@@ -221,7 +221,12 @@ class _DaskSVM:
             samples = np.unique(qp.src)
             parts = [
                 samples[i]
-                for i in partition(X[samples], self.partition_size, self.random_state)
+                for i in partition(
+                    X[samples],
+                    self.partition_size,
+                    self.random_state,
+                    multiple=sum(client.nthreads().values()) or 1,
+                )
             ]
             alpha, found, iterations = warm_start(
                 qp, store.x_ref, self.kernel_, client, parts, self.tol
@@ -300,7 +305,10 @@ _BACKEND_DOC = """
     chunk_size : int
         Rows of X per task.
     working_set_size : int
-        q, the variables of each outer iteration's subproblem.
+        q, the variables of each outer iteration's subproblem. Larger q means
+        fewer outer iterations (passes over the data) and a costlier subproblem
+        on the client; at N = 20 000 (RBF, D = 20) q = 512, 1024, 2048 and 4096
+        took 163, 19, 7 and 5 outer iterations, and 2048 the least time.
     partition_size : int
         QPs on at most this many samples are solved whole on a worker; larger
         ones are split into parts of about this size for the warm start.
@@ -339,7 +347,7 @@ class SVC(_DaskSVM, reference.SVC):
         decision_function_shape="ovr",
         store=None,
         chunk_size=4096,
-        working_set_size=1024,
+        working_set_size=2048,
         partition_size=4000,
         address=None,
         progress=None,
@@ -390,7 +398,7 @@ class NuSVC(_DaskSVM, reference.NuSVC):
         decision_function_shape="ovr",
         store=None,
         chunk_size=4096,
-        working_set_size=1024,
+        working_set_size=2048,
         partition_size=4000,
         address=None,
         progress=None,
@@ -440,7 +448,7 @@ class SVR(_DaskSVM, reference.SVR):
         max_iter=-1,
         store=None,
         chunk_size=4096,
-        working_set_size=1024,
+        working_set_size=2048,
         partition_size=4000,
         address=None,
         progress=None,
@@ -489,7 +497,7 @@ class NuSVR(_DaskSVM, reference.NuSVR):
         max_iter=-1,
         store=None,
         chunk_size=4096,
-        working_set_size=1024,
+        working_set_size=2048,
         partition_size=4000,
         address=None,
         progress=None,
@@ -537,7 +545,7 @@ class OneClassSVM(_DaskSVM, reference.OneClassSVM):
         max_iter=-1,
         store=None,
         chunk_size=4096,
-        working_set_size=1024,
+        working_set_size=2048,
         partition_size=4000,
         address=None,
         progress=None,

@@ -55,16 +55,20 @@ def nearest(X, centres, rows=65536):
     return out
 
 
-def partition(X, size, seed):
-    """Sample indices split into parts of about `size` each (sorted arrays)."""
+def partition(X, size, seed, multiple=1):
+    """Sample indices split into parts of at most about `size` each (sorted
+    arrays), their number rounded up to a multiple of `multiple` (the threads,
+    so that every worker thread gets as many parts)."""
     n = len(X)
     k = max(1, -(-n // size))
+    k = min(n, -(-k // multiple) * multiple)
     if k == 1:
         return [np.arange(n)]
     rng = np.random.default_rng(seed)
     sample = rng.choice(n, size=min(n, KMEANS_SAMPLE_PER_CLUSTER * k), replace=False)
     label = nearest(X, kmeans(X[sample], k, rng))
     parts = []
+    size = -(-n // k)
     for c in range(k):
         members = np.flatnonzero(label == c)
         parts.extend(_cut(X, members, size))
