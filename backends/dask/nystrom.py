@@ -22,7 +22,7 @@ buffer. Only M × M matrices (K_MM, T, A) live on the client.
 """
 
 import numpy as np
-from scipy.linalg import cho_factor, cho_solve, solve_triangular
+from scipy.linalg import solve_triangular
 
 from backends.dask.blocks import kernel_block, reusable_buffer
 from backends.dask.cg import TILE_COLS, TILE_ROWS, centred_chunk

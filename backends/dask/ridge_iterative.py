@@ -16,8 +16,6 @@ import shutil
 import tempfile
 import weakref
 
-import numpy as np
-
 from backends.dask import cg as _cg
 from backends.dask import nystrom as _nystrom
 from backends.dask.runtime import FitStore, run_loop
