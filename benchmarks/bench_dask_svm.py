@@ -121,7 +121,7 @@ def compare(n, cache_mb):
     return t_theirs
 
 
-def scaling(n):
+def scaling(n, chunk_size=2048):
     """Time per outer iteration on one and two workers, from the same start."""
     import distributed
 
@@ -142,14 +142,22 @@ def scaling(n):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
                 model, _ = fit_backend(
-                    X, y, address, partition_size=n // 2 + 1, max_iter=20
+                    X,
+                    y,
+                    address,
+                    partition_size=n // 2 + 1,
+                    max_iter=20,
+                    chunk_size=chunk_size,
                 )
             timings = model.fit_info_[0]["timings"]
             outer = model.fit_info_[0]["outer_iterations"]
             per = timings["gradient updates"] / outer
             wall = (timings["gradient updates"] + timings["subproblem"]) / outer
             rows.append((workers, per, wall, max(client.run(peak_memory).values())))
-    print(f"Outer iterations at N={n} (q=1024), the first 20 after a two-part start:")
+    print(
+        f"Outer iterations at N={n} (q=2048, chunks of {chunk_size} rows), the first 20 "
+        "after a two-part start:"
+    )
     for workers, per, wall, peak in rows:
         print(
             f"  {workers} worker(s): gradient update {per * 1e3:7.1f} ms, with subproblem "
@@ -207,7 +215,7 @@ def scale_run(n, libsvm_times):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--n", type=int, nargs="+", default=[20000, 50000])
+    parser.add_argument("--n", type=int, nargs="*", default=[20000, 50000])
     parser.add_argument("--cache-mb", type=float, default=12000)
     parser.add_argument(
         "--scale",
