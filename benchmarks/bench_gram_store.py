@@ -50,8 +50,14 @@ def store_seconds(X, kernel, path, chunk_size, compressor, repeats=2):
     best = np.inf
     for _ in range(repeats):
         start = time.perf_counter()
-        store = GramStore.build(path, X, kernel, chunk_size=chunk_size, compressor=compressor,
-                                overwrite=True)
+        store = GramStore.build(
+            path,
+            X,
+            kernel,
+            chunk_size=chunk_size,
+            compressor=compressor,
+            overwrite=True,
+        )
         best = min(best, time.perf_counter() - start)
     return best, store
 
@@ -63,27 +69,38 @@ def check_store(store, X, kernel):
         expected = kernel(X[store.block_slice(i)], X[store.block_slice(j)])
         error = np.abs(store.block(i, j) - expected).max()
         if error > 1e-12:
-            raise AssertionError(f"block ({i}, {j}) differs from the reference by {error:.1e}")
+            raise AssertionError(
+                f"block ({i}, {j}) differs from the reference by {error:.1e}"
+            )
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=20_000, help="samples N (default 20000)")
+    parser.add_argument(
+        "--n", type=int, default=20_000, help="samples N (default 20000)"
+    )
     parser.add_argument("--d", type=int, default=20, help="features D (default 20)")
-    parser.add_argument("--chunk-size", type=int, default=1024, help="block edge (default 1024)")
+    parser.add_argument(
+        "--chunk-size", type=int, default=1024, help="block edge (default 1024)"
+    )
     parser.add_argument("--compressor", choices=["none", "lz4"], default="none")
-    parser.add_argument("--dir", default=None,
-                        help="directory for the store (default: a temporary one, removed after)")
+    parser.add_argument(
+        "--dir",
+        default=None,
+        help="directory for the store (default: a temporary one, removed after)",
+    )
     args = parser.parse_args(argv)
 
     rng = np.random.default_rng(0)
     X = rng.standard_normal((args.n, args.d))
     kernel = RBF(gamma=1.0 / args.d)
-    n_entries = args.n ** 2
+    n_entries = args.n**2
     n_b = n_blocks(args.n, args.chunk_size)
     stored_entries = sum(
         min(args.chunk_size, args.n - i * args.chunk_size)
-        * min(args.chunk_size, args.n - j * args.chunk_size) for i, j in lower_blocks(n_b))
+        * min(args.chunk_size, args.n - j * args.chunk_size)
+        for i, j in lower_blocks(n_b)
+    )
 
     t_floor = floor_seconds(X)
     client = get_client()
@@ -92,26 +109,41 @@ def main(argv=None):
 
     workdir = tempfile.mkdtemp(prefix="bench_gram_store_", dir=args.dir)
     try:
-        t_store, store = store_seconds(X, kernel, os.path.join(workdir, "gram"), args.chunk_size,
-                                       None if args.compressor == "none" else args.compressor)
+        t_store, store = store_seconds(
+            X,
+            kernel,
+            os.path.join(workdir, "gram"),
+            args.chunk_size,
+            None if args.compressor == "none" else args.compressor,
+        )
         check_store(store, X, kernel)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
     floor_rate, store_rate = n_entries / t_floor, n_entries / t_store
     ratio = store_rate / floor_rate
-    print(f"Gram build, RBF, N = {args.n}, D = {args.d}, chunk {args.chunk_size}, "
-          f"compressor {args.compressor}; store on {len(workers)} workers / {threads} threads")
+    print(
+        f"Gram build, RBF, N = {args.n}, D = {args.d}, chunk {args.chunk_size}, "
+        f"compressor {args.compressor}; store on {len(workers)} workers / {threads} threads"
+    )
     print(f"{'':28}{'seconds':>9}{'Mentries/s':>12}{'MB/s':>9}")
-    print(f"{'floor (numpy, in memory)':28}{t_floor:9.2f}{floor_rate / 1e6:12.1f}"
-          f"{8 * floor_rate / 1e6:9.0f}")
-    print(f"{'Zarr store (K entries)':28}{t_store:9.2f}{store_rate / 1e6:12.1f}"
-          f"{8 * store_rate / 1e6:9.0f}")
+    print(
+        f"{'floor (numpy, in memory)':28}{t_floor:9.2f}{floor_rate / 1e6:12.1f}"
+        f"{8 * floor_rate / 1e6:9.0f}"
+    )
+    print(
+        f"{'Zarr store (K entries)':28}{t_store:9.2f}{store_rate / 1e6:12.1f}"
+        f"{8 * store_rate / 1e6:9.0f}"
+    )
     written = stored_entries / t_store
-    print(f"{'Zarr store (written)':28}{t_store:9.2f}{written / 1e6:12.1f}{8 * written / 1e6:9.0f}")
-    print(f"ratio store/floor = {ratio:.2f} (target >= {TARGET_RATIO}: "
-          f"{'met' if ratio >= TARGET_RATIO else 'NOT met'}); "
-          f"per worker thread {ratio / threads:.2f}")
+    print(
+        f"{'Zarr store (written)':28}{t_store:9.2f}{written / 1e6:12.1f}{8 * written / 1e6:9.0f}"
+    )
+    print(
+        f"ratio store/floor = {ratio:.2f} (target >= {TARGET_RATIO}: "
+        f"{'met' if ratio >= TARGET_RATIO else 'NOT met'}); "
+        f"per worker thread {ratio / threads:.2f}"
+    )
     return ratio
 
 

@@ -22,15 +22,24 @@ from kernelref.svm import SVC
 def dataset(n, d, seed=0):
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, d))
-    y = np.where(X[:, 0] * X[:, 1] + 0.5 * np.sin(2 * X[:, 2]) + 0.3 * rng.normal(size=n) > 0,
-                 1, -1)
+    y = np.where(
+        X[:, 0] * X[:, 1] + 0.5 * np.sin(2 * X[:, 2]) + 0.3 * rng.normal(size=n) > 0,
+        1,
+        -1,
+    )
     return X, y
 
 
 def sparse_dataset(n, d, density, seed=0):
     rng = np.random.default_rng(seed)
-    X = sp.random(n, d, density=density, format="csr", random_state=seed,
-                  data_rvs=rng.standard_normal)
+    X = sp.random(
+        n,
+        d,
+        density=density,
+        format="csr",
+        random_state=seed,
+        data_rvs=rng.standard_normal,
+    )
     y = np.where(X @ rng.normal(size=d) + 0.3 * rng.normal(size=n) > 0, 1, -1)
     return X, y
 
@@ -54,45 +63,77 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--n", type=int, nargs="+", default=[10000, 20000])
     parser.add_argument("--d", type=int, default=20)
-    parser.add_argument("--shrinking", type=int, default=1,
-                        help="shrinking for ours (1, the default of both libraries; libsvm "
-                             "shrinks here in either case)")
-    parser.add_argument("--repeats", type=int, default=2,
-                        help="fits of each, alternating; the best time of each is compared")
-    parser.add_argument("--sparse-n", type=int, default=5000,
-                        help="N of the sparse comparison (0 skips it)")
+    parser.add_argument(
+        "--shrinking",
+        type=int,
+        default=1,
+        help="shrinking for ours (1, the default of both libraries; libsvm "
+        "shrinks here in either case)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=2,
+        help="fits of each, alternating; the best time of each is compared",
+    )
+    parser.add_argument(
+        "--sparse-n",
+        type=int,
+        default=5000,
+        help="N of the sparse comparison (0 skips it)",
+    )
     args = parser.parse_args(argv)
     for n in args.n:
         X, y = dataset(n, args.d)
         gamma, C = 1.0 / args.d, 1.0
-        theirs = SklearnSVC(C=C, gamma=gamma, tol=1e-3, cache_size=n * n * 4 / 2**20 + 100)
+        theirs = SklearnSVC(
+            C=C, gamma=gamma, tol=1e-3, cache_size=n * n * 4 / 2**20 + 100
+        )
         ours = SVC(C=C, gamma=gamma, tol=1e-3, shrinking=bool(args.shrinking))
         t_ours, t_theirs = time_both(ours, theirs, X, y, args.repeats)
-        gap = np.max(np.abs(ours.decision_function(X[:500]) - theirs.decision_function(X[:500])))
-        print(f"SVC.fit, RBF, N={n}, D={args.d}, tol=1e-3, shrinking={bool(args.shrinking)}, "
-              f"best of {args.repeats}")
-        print(f"  kernelref     {t_ours:8.3f} s  ({ours.n_iter_[0]} iterations, "
-              f"{1e6 * t_ours / ours.n_iter_[0]:.0f} µs per iteration incl. rows)")
+        gap = np.max(
+            np.abs(ours.decision_function(X[:500]) - theirs.decision_function(X[:500]))
+        )
+        print(
+            f"SVC.fit, RBF, N={n}, D={args.d}, tol=1e-3, shrinking={bool(args.shrinking)}, "
+            f"best of {args.repeats}"
+        )
+        print(
+            f"  kernelref     {t_ours:8.3f} s  ({ours.n_iter_[0]} iterations, "
+            f"{1e6 * t_ours / ours.n_iter_[0]:.0f} µs per iteration incl. rows)"
+        )
         print(f"  scikit-learn  {t_theirs:8.3f} s  ({theirs.n_iter_[0]} iterations)")
-        print(f"  ratio kernelref/scikit-learn = {t_ours / t_theirs:.2f} (target <= 1.0)")
-        print(f"  support vectors {len(ours.support_)} vs {len(theirs.support_)}; "
-              f"max |f_ours - f_sklearn| = {gap:.1e}")
+        print(
+            f"  ratio kernelref/scikit-learn = {t_ours / t_theirs:.2f} (target <= 1.0)"
+        )
+        print(
+            f"  support vectors {len(ours.support_)} vs {len(theirs.support_)}; "
+            f"max |f_ours - f_sklearn| = {gap:.1e}"
+        )
 
     if args.sparse_n:
         n, d, density = args.sparse_n, 2000, 0.01
         X, y = sparse_dataset(n, d, density)
         gamma = 1.0 / (d * density)
-        theirs = SklearnSVC(C=1.0, gamma=gamma, tol=1e-3, cache_size=n * n * 4 / 2**20 + 100)
+        theirs = SklearnSVC(
+            C=1.0, gamma=gamma, tol=1e-3, cache_size=n * n * 4 / 2**20 + 100
+        )
         ours = SVC(C=1.0, gamma=gamma, tol=1e-3)
         t_ours, t_theirs = time_both(ours, theirs, X, y, args.repeats)
-        gap = np.max(np.abs(ours.decision_function(X[:500]) - theirs.decision_function(X[:500])))
-        print(f"SVC.fit, RBF, sparse CSR, N={n}, D={d}, {density:.0%} stored, "
-              f"best of {args.repeats}")
+        gap = np.max(
+            np.abs(ours.decision_function(X[:500]) - theirs.decision_function(X[:500]))
+        )
+        print(
+            f"SVC.fit, RBF, sparse CSR, N={n}, D={d}, {density:.0%} stored, "
+            f"best of {args.repeats}"
+        )
         print(f"  kernelref     {t_ours:8.3f} s  ({ours.n_iter_[0]} iterations)")
         print(f"  scikit-learn  {t_theirs:8.3f} s  ({theirs.n_iter_[0]} iterations)")
         print(f"  ratio kernelref/scikit-learn = {t_ours / t_theirs:.2f}")
-        print(f"  support vectors {len(ours.support_)} vs {len(theirs.support_)}; "
-              f"max |f_ours - f_sklearn| = {gap:.1e}")
+        print(
+            f"  support vectors {len(ours.support_)} vs {len(theirs.support_)}; "
+            f"max |f_ours - f_sklearn| = {gap:.1e}"
+        )
 
 
 if __name__ == "__main__":

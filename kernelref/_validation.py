@@ -26,7 +26,8 @@ def _refuse_complex(A, name):
         raise ValueError(
             f"{name} is complex (dtype {dtype}). Complex data not supported: "
             "the kernels are real; pass the real part, or the real and imaginary parts as "
-            "separate columns.")
+            "separate columns."
+        )
 
 
 def check_array(X, name="X", *, min_samples=1, accept_sparse=False):
@@ -48,7 +49,11 @@ def check_array(X, name="X", *, min_samples=1, accept_sparse=False):
             f"it could not be converted to float64 ({exc})."
         ) from None
     if A.ndim != 2:
-        hint = " Reshape your data with X.reshape(-1, 1) for one feature." if A.ndim == 1 else ""
+        hint = (
+            " Reshape your data with X.reshape(-1, 1) for one feature."
+            if A.ndim == 1
+            else ""
+        )
         raise ValueError(
             f"{name} must be 2-D of shape (n_samples, n_features); got shape {A.shape}.{hint}"
         )
@@ -61,11 +66,13 @@ def _check_shape(A, name, min_samples):
     if A.shape[0] < min_samples:
         raise ValueError(
             f"{name} has {A.shape[0]} samples (shape={A.shape}) while a minimum of "
-            f"{min_samples} is required.")
+            f"{min_samples} is required."
+        )
     if A.shape[1] == 0:
         raise ValueError(
             f"{name} has 0 feature(s) (shape={A.shape}) while a minimum of 1 is required; "
-            "give at least one column.")
+            "give at least one column."
+        )
 
 
 def _check_sparse(X, name, min_samples, accept_sparse):
@@ -73,19 +80,23 @@ def _check_sparse(X, name, min_samples, accept_sparse):
         raise TypeError(
             f"{name} is a scipy.sparse matrix, which is not supported here; sparse input "
             "is taken by the linear, poly, rbf and sigmoid kernels. Pass a dense array "
-            f"({name}.toarray()) or use one of those kernels.")
+            f"({name}.toarray()) or use one of those kernels."
+        )
     if X.ndim != 2:
-        raise ValueError(f"{name} must be 2-D of shape (n_samples, n_features); "
-                         f"got shape {X.shape}.")
+        raise ValueError(
+            f"{name} must be 2-D of shape (n_samples, n_features); got shape {X.shape}."
+        )
     try:
         A = X.tocsr().astype(np.float64, copy=False)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"{name} could not be converted to float64 ({exc}).") from None
     if not A.has_canonical_format:
-        A = A.copy()            # sum_duplicates works in place: not on the user's X
+        A = A.copy()  # sum_duplicates works in place: not on the user's X
         A.sum_duplicates()
     if A.shape[0] < min_samples:
-        raise ValueError(f"{name} has {A.shape[0]} samples; at least {min_samples} are needed.")
+        raise ValueError(
+            f"{name} has {A.shape[0]} samples; at least {min_samples} are needed."
+        )
     if A.shape[1] == 0:
         raise ValueError(f"{name} has 0 features; give at least one column.")
     bad = ~np.isfinite(A.data)
@@ -93,7 +104,8 @@ def _check_sparse(X, name, min_samples, accept_sparse):
         row = int(np.searchsorted(A.indptr, np.flatnonzero(bad)[0], side="right") - 1)
         raise ValueError(
             f"{name} contains NaN or infinity (first at row {row}); "
-            "remove or impute those entries before fitting.")
+            "remove or impute those entries before fitting."
+        )
     return A
 
 
@@ -114,16 +126,21 @@ def check_samples(X, kernel, name="X", *, min_samples=1, accept_sparse=False):
     a string with a tuple, so a mixture is refused rather than scored zero.
     """
     if not takes_objects(kernel):
-        return check_array(X, name, min_samples=min_samples, accept_sparse=accept_sparse)
+        return check_array(
+            X, name, min_samples=min_samples, accept_sparse=accept_sparse
+        )
     if hasattr(X, "compute") and not isinstance(X, np.ndarray):
         X = X.compute()
     if isinstance(X, (str, bytes, set, frozenset, dict)) or not hasattr(X, "__len__"):
         raise TypeError(
             f"{name} must be a list (or 1-D array) of samples for the kernel "
             f"{type(kernel).__name__}; got a {type(X).__name__}. Pass a list, e.g. [x] for "
-            "a single sample.")
+            "a single sample."
+        )
     if len(X) < min_samples:
-        raise ValueError(f"{name} has {len(X)} samples; at least {min_samples} are needed.")
+        raise ValueError(
+            f"{name} has {len(X)} samples; at least {min_samples} are needed."
+        )
     samples = np.empty(len(X), dtype=object)
     for i, x in enumerate(X):
         samples[i] = kernel.check_sample(x, f"{name}[{i}]")
@@ -131,7 +148,8 @@ def check_samples(X, kernel, name="X", *, min_samples=1, accept_sparse=False):
     if len(kinds) > 1:
         raise TypeError(
             f"{name} mixes samples of types {kinds}; the kernel {type(kernel).__name__} "
-            "compares samples of one type. Convert them all to one of these types.")
+            "compares samples of one type. Convert them all to one of these types."
+        )
     return samples
 
 
@@ -153,7 +171,9 @@ def check_targets(y, n_samples, name="y"):
     try:
         t = np.asarray(y, dtype=np.float64)
     except (TypeError, ValueError) as exc:
-        raise TypeError(f"{name} must be numeric; it could not be converted ({exc}).") from None
+        raise TypeError(
+            f"{name} must be numeric; it could not be converted ({exc})."
+        ) from None
     if t.ndim not in (1, 2):
         raise ValueError(
             f"{name} must be 1-D (n_samples,) or 2-D (n_samples, n_targets); got shape {t.shape}."
@@ -171,7 +191,8 @@ def _require_targets(y, name):
     if y is None:
         raise ValueError(
             f"{name} is None: this estimator requires y to be passed, but the target y is "
-            "None; give one target per row of X.")
+            "None; give one target per row of X."
+        )
 
 
 def _check_finite(A, name):
@@ -197,7 +218,11 @@ def check_positive(value, name, *, meaning=""):
 
 def check_integer(value, name, *, low=1, meaning=""):
     """Return `value` as an int after checking it is an integer ≥ `low` (not a bool)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Integral)
+        or value < low
+    ):
         wanted = "a positive integer" if low == 1 else f"an integer ≥ {low}"
         extra = f" {meaning}" if meaning else ""
         raise ValueError(f"{name} must be {wanted}; got {plain(value)!r}.{extra}")
@@ -260,7 +285,8 @@ def check_symmetric(K, name, context):
         raise ValueError(
             f"{context}, {name} must be a symmetric Gram matrix, but {name}[{n}, {m}] = "
             f"{K[n, m]:.6g} and {name}[{m}, {n}] = {K[m, n]:.6g}; a kernel is symmetric, "
-            "k(x, x') = k(x', x). Pass (K + K.T) / 2 if the difference is rounding.")
+            "k(x, x') = k(x', x). Pass (K + K.T) / 2 if the difference is rounding."
+        )
 
 
 def check_gram(K, kernel, shape, name="the kernel matrix"):
@@ -276,7 +302,8 @@ def check_gram(K, kernel, shape, name="the kernel matrix"):
         raise ValueError(
             f"the kernel {kernel!r} returned {name} of shape {K.shape}; expected "
             f"{tuple(shape)} (a row per sample of the first argument, a column per sample "
-            "of the second). Fix the kernel's __call__.")
+            "of the second). Fix the kernel's __call__."
+        )
     K = np.asarray(K, dtype=np.float64)
     bad = ~np.isfinite(K)
     if bad.any():
@@ -284,7 +311,8 @@ def check_gram(K, kernel, shape, name="the kernel matrix"):
         raise NonFiniteError(
             f"the kernel {kernel!r} gave a non-finite value ({K[row, column]}) in {name}, "
             f"first at row {row}, column {column}: it overflows on these inputs. Scale X "
-            "(e.g. standardise its columns) or change the kernel's parameters.")
+            "(e.g. standardise its columns) or change the kernel's parameters."
+        )
     return K
 
 
@@ -297,13 +325,17 @@ def check_classification_targets(y, n_samples, name="y"):
     if labels.ndim == 2 and labels.shape[1] == 1:
         raise ValueError(
             f"{name} must be 1-D of shape (n_samples,); got shape {labels.shape}. "
-            "Pass y.ravel().")
+            "Pass y.ravel()."
+        )
     if labels.ndim != 1:
-        raise ValueError(f"{name} must be 1-D of shape (n_samples,); got shape {labels.shape}.")
+        raise ValueError(
+            f"{name} must be 1-D of shape (n_samples,); got shape {labels.shape}."
+        )
     if labels.shape[0] != n_samples:
         raise ValueError(
             f"{name} has {labels.shape[0]} labels but X has {n_samples} samples; "
-            "give one label per row of X.")
+            "give one label per row of X."
+        )
     _refuse_complex(labels, name)
     if labels.dtype.kind == "f":
         _check_finite(labels, name)
@@ -313,13 +345,15 @@ def check_classification_targets(y, n_samples, name="y"):
                 f"{name} holds continuous values such as {plain(labels[fractional][0])!r}, "
                 "not class labels (Unknown label type: continuous); a classifier needs "
                 "discrete labels. Use a regressor, or convert y to labels (integers or "
-                "strings).")
+                "strings)."
+            )
     classes, y_index = np.unique(labels, return_inverse=True)
     if len(classes) < 2:
         raise ValueError(
             f"{name} has a single class ({plain(classes[0])!r}): there is no other class "
             "to tell it from (one class only); a classifier needs samples of at least two "
-            "classes.")
+            "classes."
+        )
     return classes, y_index
 
 
@@ -327,7 +361,9 @@ def check_binary_labels(t, name="t"):
     """Return `t` as float64 after checking every entry is 0 or 1."""
     t = np.asarray(t, dtype=np.float64)
     if t.ndim != 1:
-        raise ValueError(f"{name} must be 1-D of shape (n_samples,); got shape {t.shape}.")
+        raise ValueError(
+            f"{name} must be 1-D of shape (n_samples,); got shape {t.shape}."
+        )
     _check_finite(t, name)
     if not np.all((t == 0) | (t == 1)):
         values = np.unique(t)[:5]
@@ -365,7 +401,8 @@ def check_same_kind(X, Y, kernel):
         raise TypeError(
             f"the kernel {type(kernel).__name__} is asked to compare samples of type "
             f"{kinds_Y} with samples of type {kinds_X} (e.g. those it was fitted on); "
-            "convert them to the same type.")
+            "convert them to the same type."
+        )
 
 
 def check_finite_values(where, iteration, **values):
@@ -382,4 +419,5 @@ def check_finite_values(where, iteration, **values):
                 f"{where} stopped at iteration {iteration}: {name} is not finite "
                 f"({np.ravel(value)[~np.isfinite(np.ravel(value))][0]}). The kernel "
                 "matrix or the targets overflow; scale X and y or change the kernel's "
-                "parameters.")
+                "parameters."
+            )

@@ -56,7 +56,9 @@ class ParamsMixin:
     def __repr__(self):
         # Like scikit-learn, show only the arguments that differ from their defaults.
         defaults = {
-            p.name: p.default for p in inspect.signature(type(self).__init__).parameters.values()}
+            p.name: p.default
+            for p in inspect.signature(type(self).__init__).parameters.values()
+        }
         shown = []
         for name in (n for n in defaults if n in self._param_names()):
             value = getattr(self, name)

@@ -27,19 +27,34 @@ from scipy.linalg.lapack import dpotri
 from scipy.optimize import minimize
 
 from kernelref._validation import (
+    check_integer,
+    check_is_fitted,
+    check_n_features,
+    check_positive,
+    check_samples,
+    check_targets,
     evaluate_kernel,
-    check_integer, check_is_fitted, check_n_features, check_positive, check_samples,
-    check_targets, record_n_features)
+    record_n_features,
+)
 from kernelref.base import BaseEstimator, RegressorMixin
 from kernelref.exceptions import ConvergenceWarning, NonFiniteError
+
 # The classifier lives in its own module; it is re-exported so that both GP
 # estimators are found in kernelref.gp, as scikit-learn's are in sklearn.gaussian_process.
 from kernelref.gp_classify import GaussianProcessClassifier
 from kernelref.kernels import RBF, Kernel, accepts_sparse
 
-__all__ = ["ConvergenceWarning", "GaussianProcessClassifier", "GaussianProcessRegressor",
-           "NotPositiveDefiniteError", "factorise", "log_marginal_likelihood", "lml_gradient",
-           "sample_gaussian", "sample_prior"]
+__all__ = [
+    "ConvergenceWarning",
+    "GaussianProcessClassifier",
+    "GaussianProcessRegressor",
+    "NotPositiveDefiniteError",
+    "factorise",
+    "log_marginal_likelihood",
+    "lml_gradient",
+    "sample_gaussian",
+    "sample_prior",
+]
 
 LOG_2PI = np.log(2.0 * np.pi)
 
@@ -65,7 +80,8 @@ def factorise(K, noise):
             "Either the kernel is not positive semi-definite on these inputs "
             "(kernelref.kernels.mercer_check reports its smallest Gram eigenvalue) or noise "
             "is too small for the rounding errors of K: increase noise (e.g. noise=1e-6) "
-            "or add a White kernel to learn it.") from None
+            "or add a White kernel to learn it."
+        ) from None
 
 
 def posterior_weights(L, t, noise):
@@ -101,7 +117,7 @@ def lml_gradient(kernel, X, L, alpha, noise, K=None):
     # whose strict upper triangle is zero (scipy's cholesky clears it), so
     # B⁻¹ = P + Pᵀ − diag(P).
     P, _ = dpotri(L, lower=True)
-    P *= n_targets / noise                  # in place: P is dpotri's own array
+    P *= n_targets / noise  # in place: P is dpotri's own array
     a = alpha.reshape(len(alpha), -1)
     W = a @ a.T
     W -= P
@@ -130,7 +146,9 @@ def sample_prior(kernel, X, n_samples=1, random_state=None):
         raise TypeError(f"kernel must be a kernelref.kernels.Kernel; got {kernel!r}.")
     X = check_samples(X, kernel, "X", accept_sparse=accepts_sparse(kernel))
     K = kernel(X)
-    return sample_gaussian(np.zeros(X.shape[0]), K, n_samples, np.random.default_rng(random_state))
+    return sample_gaussian(
+        np.zeros(X.shape[0]), K, n_samples, np.random.default_rng(random_state)
+    )
 
 
 class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
@@ -172,8 +190,15 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
 
     sparse_input = True
 
-    def __init__(self, kernel=None, noise=1e-10, optimizer="L-BFGS-B", n_restarts=0,
-                 normalize_y=False, random_state=None):
+    def __init__(
+        self,
+        kernel=None,
+        noise=1e-10,
+        optimizer="L-BFGS-B",
+        n_restarts=0,
+        normalize_y=False,
+        random_state=None,
+    ):
         self.kernel = kernel
         self.noise = noise
         self.optimizer = optimizer
@@ -187,28 +212,37 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             return 1.0 * RBF(1.0)
         if not isinstance(self.kernel, Kernel):
             raise TypeError(
-                f"kernel must be a kernelref.kernels.Kernel or None; got {self.kernel!r}.")
+                f"kernel must be a kernelref.kernels.Kernel or None; got {self.kernel!r}."
+            )
         return copy.deepcopy(self.kernel)
 
     def _validate_params(self):
         kernel = self._prior_kernel()
-        noise = check_positive(self.noise, "noise", meaning=(
-            "It is the noise variance σ² added to the diagonal; use a small value such "
-            "as 1e-10 for noise-free targets."))
+        noise = check_positive(
+            self.noise,
+            "noise",
+            meaning=(
+                "It is the noise variance σ² added to the diagonal; use a small value such "
+                "as 1e-10 for noise-free targets."
+            ),
+        )
         if self.optimizer not in ("L-BFGS-B", None):
-            raise ValueError(f"optimizer must be 'L-BFGS-B' or None; got {self.optimizer!r}.")
+            raise ValueError(
+                f"optimizer must be 'L-BFGS-B' or None; got {self.optimizer!r}."
+            )
         check_integer(self.n_restarts, "n_restarts", low=0)
         if self.optimizer is not None and kernel.theta.size:
-            bounds = kernel.bounds      # raises for bounds that are not 0 < low <= high
+            bounds = kernel.bounds  # raises for bounds that are not 0 < low <= high
             if self.n_restarts > 0 and not np.isfinite(bounds).all():
                 raise ValueError(
                     "n_restarts > 0 draws starts inside the kernel's bounds, which must then "
-                    f"be finite; got log-bounds {bounds.tolist()}.")
+                    f"be finite; got log-bounds {bounds.tolist()}."
+                )
         return kernel, noise
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.target_tags.multi_output = True        # y may be (n_samples, n_targets)
+        tags.target_tags.multi_output = True  # y may be (n_samples, n_targets)
         return tags
 
     # -- the evidence -------------------------------------------------------------
@@ -239,9 +273,12 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         if theta.shape != self.kernel_.theta.shape or not np.isfinite(theta).all():
             raise ValueError(
                 f"theta must be {self.kernel_.theta.size} finite log-hyperparameters "
-                f"(the layout of kernel_.theta); got {theta!r}.")
+                f"(the layout of kernel_.theta); got {theta!r}."
+            )
         kernel = self.kernel_.clone_with_theta(theta)
-        return self._evidence(kernel, self.X_train_, self.y_train_, self._noise, eval_gradient)
+        return self._evidence(
+            kernel, self.X_train_, self.y_train_, self._noise, eval_gradient
+        )
 
     def _maximise_evidence(self, kernel, X, t, noise):
         """ML-II: L-BFGS-B on −log p(t | X, θ) over the log-bounds, from the
@@ -251,7 +288,9 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
 
         def objective(theta):
             try:
-                lml, grad = self._evidence(kernel.clone_with_theta(theta), X, t, noise, True)
+                lml, grad = self._evidence(
+                    kernel.clone_with_theta(theta), X, t, noise, True
+                )
             except NotPositiveDefiniteError:
                 # a step into an indefinite region: +∞ makes the line search back off
                 failed.append(theta)
@@ -260,22 +299,29 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
                 raise NonFiniteError(
                     f"the log marginal likelihood or its gradient is not finite at "
                     f"log-hyperparameters {np.round(theta, 4).tolist()} of {kernel!r}; "
-                    "scale X and y, or narrow the kernel's bounds.")
+                    "scale X and y, or narrow the kernel's bounds."
+                )
             return -lml, -grad
 
         # The starting point is the user's kernel: if it cannot be factorised,
         # say so now instead of letting the optimiser wander.
         self._evidence(kernel, X, t, noise, False)
         rng = np.random.default_rng(self.random_state)
-        starts = [kernel.theta] + [rng.uniform(bounds[:, 0], bounds[:, 1])
-                                   for _ in range(self.n_restarts)]
+        starts = [kernel.theta] + [
+            rng.uniform(bounds[:, 0], bounds[:, 1]) for _ in range(self.n_restarts)
+        ]
         best = None
         for theta0 in starts:
             failed.clear()
-            result = minimize(objective, theta0, method="L-BFGS-B", jac=True, bounds=bounds)
+            result = minimize(
+                objective, theta0, method="L-BFGS-B", jac=True, bounds=bounds
+            )
             if not result.success:
-                warnings.warn(f"L-BFGS-B stopped without converging: {result.message}",
-                              ConvergenceWarning, stacklevel=3)
+                warnings.warn(
+                    f"L-BFGS-B stopped without converging: {result.message}",
+                    ConvergenceWarning,
+                    stacklevel=3,
+                )
             elif failed and np.array_equal(result.x, theta0):
                 # Every trial step failed to factorise, and the +∞ they returned
                 # made L-BFGS-B call its start optimal: that is not a maximum.
@@ -283,7 +329,9 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
                     f"L-BFGS-B did not move from its start {np.round(theta0, 4).tolist()}: "
                     f"K/noise + I failed to factorise at {len(failed)} trial point(s). "
                     "Increase noise, add a White kernel, or centre and scale X.",
-                    ConvergenceWarning, stacklevel=3)
+                    ConvergenceWarning,
+                    stacklevel=3,
+                )
             if best is None or result.fun < best.fun:
                 best = result
         return best.x
@@ -296,18 +344,22 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         t = check_targets(y, X.shape[0], "y")
         if self.normalize_y:
             y_mean, std = t.mean(axis=0), t.std(axis=0)
-            y_std = np.where(std > 0, std, 1.0)         # a constant target stays as it is
+            y_std = np.where(std > 0, std, 1.0)  # a constant target stays as it is
         else:
             y_mean, y_std = np.zeros(t.shape[1:]), np.ones(t.shape[1:])
         t = (t - y_mean) / y_std
         if self.optimizer is not None and kernel.theta.size:
-            kernel = kernel.clone_with_theta(self._maximise_evidence(kernel, X, t, noise))
+            kernel = kernel.clone_with_theta(
+                self._maximise_evidence(kernel, X, t, noise)
+            )
         L = factorise(evaluate_kernel(kernel, X), noise)
         alpha = posterior_weights(L, t, noise)
         # fitted attributes only once everything has been computed
         self.kernel_, self._noise, self.L_, self.alpha_ = kernel, noise, L, alpha
         self._y_mean, self._y_std = y_mean, y_std
-        self.log_marginal_likelihood_value_ = log_marginal_likelihood(L, alpha, t, noise)
+        self.log_marginal_likelihood_value_ = log_marginal_likelihood(
+            L, alpha, t, noise
+        )
         self.X_train_, self.y_train_ = X.copy(), t
         record_n_features(self, X)
         return self
@@ -320,8 +372,10 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         Before ``fit`` these are the prior's: mean 0 and covariance k.
         """
         if return_std and return_cov:
-            raise ValueError("ask for return_std or return_cov, not both; "
-                             "the standard deviation is the root of the covariance's diagonal.")
+            raise ValueError(
+                "ask for return_std or return_cov, not both; "
+                "the standard deviation is the root of the covariance's diagonal."
+            )
         fitted = hasattr(self, "kernel_")
         kernel = self.kernel_ if fitted else self._prior_kernel()
         X = check_samples(X, kernel, "X", accept_sparse=accepts_sparse(kernel))
@@ -339,7 +393,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         # k*ᵀ(K + σ²I)⁻¹k* = ‖v‖² with v = L⁻¹k*/σ, since K + σ²I = σ² L Lᵀ
         V = solve_triangular(self.L_, K_star.T, lower=True, check_finite=False)
         V /= np.sqrt(self._noise)
-        scale = self._y_std ** 2
+        scale = self._y_std**2
         if return_cov:
             cov = self.kernel_(X) - V.T @ V
             return mean, cov * scale if mean.ndim == 1 else cov[:, :, None] * scale
@@ -357,5 +411,10 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         rng = np.random.default_rng(random_state)
         if mean.ndim == 1:
             return sample_gaussian(mean, cov, n_samples, rng)
-        return np.stack([sample_gaussian(mean[:, j], cov[:, :, j], n_samples, rng)
-                         for j in range(mean.shape[1])], axis=1)
+        return np.stack(
+            [
+                sample_gaussian(mean[:, j], cov[:, :, j], n_samples, rng)
+                for j in range(mean.shape[1])
+            ],
+            axis=1,
+        )

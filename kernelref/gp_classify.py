@@ -21,24 +21,43 @@ from scipy.linalg import LinAlgError, cho_solve, cholesky, solve_triangular
 from scipy.optimize import minimize
 
 from kernelref._validation import (
+    check_binary_labels,
+    check_classification_targets,
+    check_integer,
+    check_is_fitted,
+    check_n_features,
+    check_samples,
     evaluate_kernel,
-    check_binary_labels, check_classification_targets, check_integer, check_is_fitted,
-    check_n_features, check_samples, record_n_features)
+    record_n_features,
+)
 from kernelref.base import BaseEstimator, ClassifierMixin, restores_on_error
 from kernelref.kernels import RBF, Kernel, accepts_sparse
 from kernelref.laplace import (
-    TOL, damped_newton, likelihood_curvature, log_likelihood, log_likelihood_gradient,
-    log_likelihood_third_derivative, sigmoid)
+    TOL,
+    damped_newton,
+    likelihood_curvature,
+    log_likelihood,
+    log_likelihood_gradient,
+    log_likelihood_third_derivative,
+    sigmoid,
+)
 
-__all__ = ["GaussianProcessClassifier", "LaplaceMode", "laplace_mode", "latent_predictive",
-           "log_evidence_gradient", "probit_log_probability", "probit_probability",
-           "quadrature_probability"]
+__all__ = [
+    "GaussianProcessClassifier",
+    "LaplaceMode",
+    "laplace_mode",
+    "latent_predictive",
+    "log_evidence_gradient",
+    "probit_log_probability",
+    "probit_probability",
+    "quadrature_probability",
+]
 
 #: The trapezoid rule of ``quadrature_probability`` integrates over |x| ≤ 9
 #: standard deviations; the Gaussian mass outside is 2Φ(−9) ≈ 2e-19.
 QUADRATURE_HALF_WIDTH = 9.0
 #: Entries of the (points × nodes) array made at once, to bound memory.
-QUADRATURE_BLOCK = 2 ** 20
+QUADRATURE_BLOCK = 2**20
 
 
 @dataclass
@@ -89,26 +108,39 @@ def laplace_mode(K, t, *, max_iter=100, tol=TOL):
     """
     t = check_binary_labels(t, "t")
 
-    def objective(a):                                      # Algorithm 3.1, line 10, first two terms
+    def objective(a):  # Algorithm 3.1, line 10, first two terms
         f = K @ a
         return -0.5 * a @ f + log_likelihood(f, t)
 
     def newton_step(a):
         f = K @ a
-        W = likelihood_curvature(f)                       # line 4
+        W = likelihood_curvature(f)  # line 4
         W_sr = np.sqrt(W)
-        L = _cholesky_B(K, W_sr)                          # line 5
-        b = W * f + log_likelihood_gradient(f, t)         # line 6
-        return b - W_sr * cho_solve((L, True), W_sr * (K @ b), check_finite=False)  # line 7
+        L = _cholesky_B(K, W_sr)  # line 5
+        b = W * f + log_likelihood_gradient(f, t)  # line 6
+        return b - W_sr * cho_solve(
+            (L, True), W_sr * (K @ b), check_finite=False
+        )  # line 7
 
-    result = damped_newton(objective, newton_step, np.zeros(len(t)), tol=tol, max_iter=max_iter)
+    result = damped_newton(
+        objective, newton_step, np.zeros(len(t)), tol=tol, max_iter=max_iter
+    )
     a = result.x
-    f = K @ a                                             # line 8
+    f = K @ a  # line 8
     W_sr = np.sqrt(likelihood_curvature(f))
     L = _cholesky_B(K, W_sr)
-    log_q = result.value - np.sum(np.log(np.diag(L)))     # line 10: −½aᵀf + log p(t|f) − Σ log L_ii
-    return LaplaceMode(f=f, a=a, pi=sigmoid(f), W_sr=W_sr, L=L, log_evidence=float(log_q),
-                       n_iter=result.n_iter)
+    log_q = result.value - np.sum(
+        np.log(np.diag(L))
+    )  # line 10: −½aᵀf + log p(t|f) − Σ log L_ii
+    return LaplaceMode(
+        f=f,
+        a=a,
+        pi=sigmoid(f),
+        W_sr=W_sr,
+        L=L,
+        log_evidence=float(log_q),
+        n_iter=result.n_iter,
+    )
 
 
 def log_evidence_gradient(kernel, X, K, t, mode):
@@ -128,12 +160,16 @@ def log_evidence_gradient(kernel, X, K, t, mode):
     """
     t = check_binary_labels(t, "t")
     W_sr, L = mode.W_sr, mode.L
-    R = W_sr[:, None] * cho_solve((L, True), np.diag(W_sr), check_finite=False)   # line 7
-    C = solve_triangular(L, W_sr[:, None] * K, lower=True, check_finite=False)     # line 8
-    posterior_variance = np.diag(K) - np.einsum("ij,ij->j", C, C)                 # diag((K⁻¹+W)⁻¹)
-    s2 = 0.5 * posterior_variance * log_likelihood_third_derivative(mode.f)    # line 9: +½∇³log p
-    u = s2 - R @ (K @ s2)                                                           # (I − RK)s₂
-    M = 0.5 * (np.outer(mode.a, mode.a) - R) + np.outer(u, t - mode.pi)             # lines 12–15
+    R = W_sr[:, None] * cho_solve(
+        (L, True), np.diag(W_sr), check_finite=False
+    )  # line 7
+    C = solve_triangular(L, W_sr[:, None] * K, lower=True, check_finite=False)  # line 8
+    posterior_variance = np.diag(K) - np.einsum("ij,ij->j", C, C)  # diag((K⁻¹+W)⁻¹)
+    s2 = (
+        0.5 * posterior_variance * log_likelihood_third_derivative(mode.f)
+    )  # line 9: +½∇³log p
+    u = s2 - R @ (K @ s2)  # (I − RK)s₂
+    M = 0.5 * (np.outer(mode.a, mode.a) - R) + np.outer(u, t - mode.pi)  # lines 12–15
     return np.asarray(kernel.gradient_dot(X, M), dtype=float)
 
 
@@ -152,10 +188,11 @@ def latent_predictive(K_star, k_star_star, t, mode):
     k(x*, x*). The mean is k*ᵀ∇log p(t | f̂); the variance
     k(x*, x*) − k*ᵀ(K + W⁻¹)⁻¹k* is k(x*, x*) − vᵀv with v = L⁻¹W^½k*.
     """
-    mean = K_star @ (t - mode.pi)                                                    # line 4
-    v = solve_triangular(mode.L, mode.W_sr[:, None] * K_star.T, lower=True,
-                         check_finite=False)                                          # line 5
-    variance = k_star_star - np.einsum("ij,ij->j", v, v)                             # line 6
+    mean = K_star @ (t - mode.pi)  # line 4
+    v = solve_triangular(
+        mode.L, mode.W_sr[:, None] * K_star.T, lower=True, check_finite=False
+    )  # line 5
+    variance = k_star_star - np.einsum("ij,ij->j", v, v)  # line 6
     return mean, np.maximum(variance, 0.0)
 
 
@@ -187,13 +224,16 @@ def quadrature_probability(mean, variance):
     analytic in the strip |Im x| < d; taking h = min(¼, π/(6s)) makes that
     exp(−12π) ≈ 4e-17 whatever s is, at 2·9/h + 1 nodes.
     """
-    mean, variance = np.broadcast_arrays(np.asarray(mean, dtype=float),
-                                         np.asarray(variance, dtype=float))
+    mean, variance = np.broadcast_arrays(
+        np.asarray(mean, dtype=float), np.asarray(variance, dtype=float)
+    )
     s = np.sqrt(variance).ravel()
     mu = mean.ravel()
     h = min(0.25, np.pi / (6.0 * max(float(s.max(initial=0.0)), 1e-300)))
-    x = h * np.arange(-np.ceil(QUADRATURE_HALF_WIDTH / h), np.ceil(QUADRATURE_HALF_WIDTH / h) + 1)
-    weights = h * np.exp(-0.5 * x ** 2) / np.sqrt(2.0 * np.pi)
+    x = h * np.arange(
+        -np.ceil(QUADRATURE_HALF_WIDTH / h), np.ceil(QUADRATURE_HALF_WIDTH / h) + 1
+    )
+    weights = h * np.exp(-0.5 * x**2) / np.sqrt(2.0 * np.pi)
     out = np.empty_like(mu)
     rows = max(1, QUADRATURE_BLOCK // len(x))
     for start in range(0, len(mu), rows):
@@ -251,8 +291,16 @@ class GaussianProcessClassifier(ClassifierMixin, BaseEstimator):
 
     sparse_input = True
 
-    def __init__(self, kernel=None, optimizer="L-BFGS-B", n_restarts=0, max_iter_predict=100,
-                 jitter=0.0, random_state=None, multi_class="one_vs_rest"):
+    def __init__(
+        self,
+        kernel=None,
+        optimizer="L-BFGS-B",
+        n_restarts=0,
+        max_iter_predict=100,
+        jitter=0.0,
+        random_state=None,
+        multi_class="one_vs_rest",
+    ):
         self.kernel = kernel
         self.optimizer = optimizer
         self.n_restarts = n_restarts
@@ -267,30 +315,45 @@ class GaussianProcessClassifier(ClassifierMixin, BaseEstimator):
         if not isinstance(kernel, Kernel):
             raise TypeError(
                 f"kernel must be a kernelref.kernels.Kernel or None; got {self.kernel!r}. "
-                "Build one, e.g. 1.0 * RBF(gamma=0.5).")
-        if not (self.optimizer is None or self.optimizer == "L-BFGS-B" or callable(self.optimizer)):
+                "Build one, e.g. 1.0 * RBF(gamma=0.5)."
+            )
+        if not (
+            self.optimizer is None
+            or self.optimizer == "L-BFGS-B"
+            or callable(self.optimizer)
+        ):
             raise ValueError(
-                f"optimizer must be 'L-BFGS-B', a callable or None; got {self.optimizer!r}.")
+                f"optimizer must be 'L-BFGS-B', a callable or None; got {self.optimizer!r}."
+            )
         check_integer(self.n_restarts, "n_restarts", low=0)
         check_integer(self.max_iter_predict, "max_iter_predict")
-        if (isinstance(self.jitter, bool) or not isinstance(self.jitter, numbers.Real)
-                or not np.isfinite(self.jitter) or self.jitter < 0):
+        if (
+            isinstance(self.jitter, bool)
+            or not isinstance(self.jitter, numbers.Real)
+            or not np.isfinite(self.jitter)
+            or self.jitter < 0
+        ):
             raise ValueError(
                 "jitter must be a finite number >= 0 (it is added to K's diagonal); "
-                f"got {self.jitter!r}.")
+                f"got {self.jitter!r}."
+            )
         if self.multi_class != "one_vs_rest":
             raise ValueError(
-                f"multi_class must be 'one_vs_rest'; got {self.multi_class!r}.")
+                f"multi_class must be 'one_vs_rest'; got {self.multi_class!r}."
+            )
         if self.optimizer is not None and len(kernel.theta):
-            bounds = kernel.bounds          # raises, naming the bound, if one is not positive
+            bounds = kernel.bounds  # raises, naming the bound, if one is not positive
             theta = kernel.theta
             outside = (theta < bounds[:, 0] - 1e-12) | (theta > bounds[:, 1] + 1e-12)
             if outside.any():
-                names = [name for name, size in kernel.hyperparameters for _ in range(size)]
+                names = [
+                    name for name, size in kernel.hyperparameters for _ in range(size)
+                ]
                 bad = names[int(np.argmax(outside))]
                 raise ValueError(
                     f"the kernel's {bad} starts outside its bounds; widen {bad}_bounds "
-                    "or start inside them.")
+                    "or start inside them."
+                )
         return kernel
 
     # -- the binary core --------------------------------------------------------------
@@ -308,21 +371,28 @@ class GaussianProcessClassifier(ClassifierMixin, BaseEstimator):
 
     def _learn_theta(self, kernel, X, t):
         """Maximise log q(t | X, θ) over log θ within the log bounds."""
+
         def negative_evidence(theta):
             value, gradient = self._evidence(kernel.clone_with_theta(theta), X, t, True)
             return -value, -gradient
 
         bounds = kernel.bounds
         rng = np.random.default_rng(self.random_state)
-        starts = [kernel.theta] + [rng.uniform(bounds[:, 0], bounds[:, 1])
-                                   for _ in range(self.n_restarts)]
+        starts = [kernel.theta] + [
+            rng.uniform(bounds[:, 0], bounds[:, 1]) for _ in range(self.n_restarts)
+        ]
         optima = []
         for theta0 in starts:
             if callable(self.optimizer):
                 optima.append(self.optimizer(negative_evidence, theta0, bounds))
             else:
-                result = minimize(negative_evidence, theta0, jac=True, method="L-BFGS-B",
-                                  bounds=bounds)
+                result = minimize(
+                    negative_evidence,
+                    theta0,
+                    jac=True,
+                    method="L-BFGS-B",
+                    bounds=bounds,
+                )
                 optima.append((result.x, result.fun))
         best_theta, _ = min(optima, key=lambda pair: pair[1])
         return kernel.clone_with_theta(best_theta)
@@ -343,7 +413,9 @@ class GaussianProcessClassifier(ClassifierMixin, BaseEstimator):
     def _forget_fit(self):
         """Drop the state of an earlier fit, so a binary refit of a multiclass
         model (or the reverse) leaves nothing stale behind."""
-        for name in [name for name in vars(self) if name.endswith("_") or name in ("_mode", "_t")]:
+        for name in [
+            name for name in vars(self) if name.endswith("_") or name in ("_mode", "_t")
+        ]:
             delattr(self, name)
 
     def _is_multiclass(self):
@@ -359,7 +431,7 @@ class GaussianProcessClassifier(ClassifierMixin, BaseEstimator):
         # only once the input is accepted: a refused refit leaves the earlier fit intact
         self._forget_fit()
         self.classes_ = classes
-        self.X_fit_ = X = X.copy()      # the model owns its data
+        self.X_fit_ = X = X.copy()  # the model owns its data
         record_n_features(self, X)
         self.jitter_ = float(self.jitter)
         if len(self.classes_) == 2:
@@ -376,7 +448,8 @@ class GaussianProcessClassifier(ClassifierMixin, BaseEstimator):
         self.kernel_ = [e.kernel_ for e in self.estimators_]
         self.f_hat_ = np.column_stack([e.f_hat_ for e in self.estimators_])
         self.log_marginal_likelihood_value_ = float(
-            np.mean([e.log_marginal_likelihood_value_ for e in self.estimators_]))
+            np.mean([e.log_marginal_likelihood_value_ for e in self.estimators_])
+        )
         return self
 
     # -- the evidence as a function of θ ------------------------------------------------
@@ -388,10 +461,15 @@ class GaussianProcessClassifier(ClassifierMixin, BaseEstimator):
         ``theta`` is shared by every binary problem and the mean is returned.
         """
         if self._is_multiclass():
-            parts = [e.log_marginal_likelihood(theta, eval_gradient) for e in self.estimators_]
+            parts = [
+                e.log_marginal_likelihood(theta, eval_gradient)
+                for e in self.estimators_
+            ]
             if not eval_gradient:
                 return float(np.mean(parts))
-            return float(np.mean([p[0] for p in parts])), np.mean([p[1] for p in parts], axis=0)
+            return float(np.mean([p[0] for p in parts])), np.mean(
+                [p[1] for p in parts], axis=0
+            )
         if theta is None and not eval_gradient:
             return self.log_marginal_likelihood_value_
         kernel = self.kernel_ if theta is None else self.kernel_.clone_with_theta(theta)
@@ -410,7 +488,12 @@ class GaussianProcessClassifier(ClassifierMixin, BaseEstimator):
 
     def _binary_latent(self, X):
         k_star_star = self.kernel_.diag(X) + self.jitter_
-        return latent_predictive(evaluate_kernel(self.kernel_, X, self.X_fit_), k_star_star, self._t, self._mode)
+        return latent_predictive(
+            evaluate_kernel(self.kernel_, X, self.X_fit_),
+            k_star_star,
+            self._t,
+            self._mode,
+        )
 
     def decision_function(self, X):
         """The latent predictive mean E[f* | t] (Algorithm 3.2, line 4); one
@@ -433,10 +516,14 @@ class GaussianProcessClassifier(ClassifierMixin, BaseEstimator):
         integrates σ against the latent Gaussian numerically.
         """
         if method not in ("probit", "quadrature"):
-            raise ValueError(f"method must be 'probit' or 'quadrature'; got {method!r}.")
+            raise ValueError(
+                f"method must be 'probit' or 'quadrature'; got {method!r}."
+            )
         X = self._latent(X)
         if self._is_multiclass():
-            P = np.column_stack([e._positive_probability(X, method) for e in self.estimators_])
+            P = np.column_stack(
+                [e._positive_probability(X, method) for e in self.estimators_]
+            )
             return P / P.sum(axis=1, keepdims=True)
         p = self._positive_probability(X, method)
         return np.column_stack([1.0 - p, p])
@@ -448,8 +535,12 @@ class GaussianProcessClassifier(ClassifierMixin, BaseEstimator):
         the log of ``predict_proba``, clipped at the smallest positive float."""
         if method == "probit" and not self._is_multiclass():
             mean, variance = self._binary_latent(self._latent(X))
-            return np.column_stack([probit_log_probability(-mean, variance),
-                                    probit_log_probability(mean, variance)])
+            return np.column_stack(
+                [
+                    probit_log_probability(-mean, variance),
+                    probit_log_probability(mean, variance),
+                ]
+            )
         P = self.predict_proba(X, method)
         return np.log(np.maximum(P, np.finfo(float).tiny))
 

@@ -367,7 +367,9 @@ class SoftmaxGaussianProcessClassifier(ClassifierMixin, BaseEstimator):
     def latent_predictive(self, X):
         """Mean (m, C) and covariance (m, C, C) of the latents at `X` (gpcm-predictive)."""
         check_is_fitted(self, "log_marginal_likelihood_value_")
-        X = check_samples(X, self.kernel_, "X", accept_sparse=accepts_sparse(self.kernel_))
+        X = check_samples(
+            X, self.kernel_, "X", accept_sparse=accepts_sparse(self.kernel_)
+        )
         if X.ndim == 2:
             check_n_features(X, self.n_features_in_)
         K_star = self.kernel_(X, self.X_fit_)

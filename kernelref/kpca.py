@@ -29,9 +29,14 @@ from scipy.linalg import eigh
 from scipy.sparse.linalg import eigsh
 
 from kernelref._validation import (
+    check_is_fitted,
+    check_n_features,
+    check_samples,
+    check_training_samples,
     evaluate_kernel,
-    check_is_fitted, check_n_features, check_samples, check_training_samples,
-    record_n_features, takes_objects)
+    record_n_features,
+    takes_objects,
+)
 from kernelref.base import BaseEstimator
 from kernelref.exceptions import NotFittedError
 from kernelref.kernels import accepts_sparse, make_kernel
@@ -110,9 +115,18 @@ class KernelPCA(BaseEstimator):
 
     sparse_input = True
 
-    def __init__(self, n_components=None, kernel="rbf", gamma=None, degree=3, coef0=1,
-                 eigen_solver="auto", random_state=None, alpha=1.0,
-                 fit_inverse_transform=False):
+    def __init__(
+        self,
+        n_components=None,
+        kernel="rbf",
+        gamma=None,
+        degree=3,
+        coef0=1,
+        eigen_solver="auto",
+        random_state=None,
+        alpha=1.0,
+        fit_inverse_transform=False,
+    ):
         self.n_components = n_components
         self.kernel = kernel
         self.gamma = gamma
@@ -125,47 +139,69 @@ class KernelPCA(BaseEstimator):
 
     def _validate_inverse(self, X):
         if not isinstance(self.fit_inverse_transform, (bool, np.bool_)):
-            raise TypeError(f"fit_inverse_transform must be True or False; "
-                            f"got {self.fit_inverse_transform!r}.")
+            raise TypeError(
+                f"fit_inverse_transform must be True or False; "
+                f"got {self.fit_inverse_transform!r}."
+            )
         if not self.fit_inverse_transform:
             return
         if isinstance(self.kernel, str) and self.kernel == "precomputed":
-            raise ValueError("fit_inverse_transform=True needs the inputs X to map back "
-                             "to; with kernel='precomputed' there are none. Pass X.")
+            raise ValueError(
+                "fit_inverse_transform=True needs the inputs X to map back "
+                "to; with kernel='precomputed' there are none. Pass X."
+            )
         if takes_objects(self.kernel):
-            raise ValueError("fit_inverse_transform=True learns a map back to vectors; a "
-                             "kernel on objects has none. Do not fit the inverse transform.")
+            raise ValueError(
+                "fit_inverse_transform=True learns a map back to vectors; a "
+                "kernel on objects has none. Do not fit the inverse transform."
+            )
         if sp.issparse(X):
-            raise TypeError("fit_inverse_transform=True maps projections to dense "
-                            "(n_samples, n_features) inputs; pass X.toarray() or do not "
-                            "fit the inverse transform.")
-        if (isinstance(self.alpha, bool) or not isinstance(self.alpha, numbers.Real)
-                or not np.isfinite(self.alpha) or self.alpha < 0):
-            raise ValueError(f"alpha must be a finite number >= 0 (the ridge penalty of the "
-                             f"pre-image map); got {self.alpha!r}.")
+            raise TypeError(
+                "fit_inverse_transform=True maps projections to dense "
+                "(n_samples, n_features) inputs; pass X.toarray() or do not "
+                "fit the inverse transform."
+            )
+        if (
+            isinstance(self.alpha, bool)
+            or not isinstance(self.alpha, numbers.Real)
+            or not np.isfinite(self.alpha)
+            or self.alpha < 0
+        ):
+            raise ValueError(
+                f"alpha must be a finite number >= 0 (the ridge penalty of the "
+                f"pre-image map); got {self.alpha!r}."
+            )
 
     def _validate(self, X):
         self._validate_inverse(X)
-        X = check_training_samples(X, self.kernel, accept_sparse=accepts_sparse(self.kernel))
+        X = check_training_samples(
+            X, self.kernel, accept_sparse=accepts_sparse(self.kernel)
+        )
         n = X.shape[0]
         if self.n_components is not None and (
-                isinstance(self.n_components, bool)
-                or not isinstance(self.n_components, numbers.Integral)
-                or not 1 <= self.n_components <= n):
+            isinstance(self.n_components, bool)
+            or not isinstance(self.n_components, numbers.Integral)
+            or not 1 <= self.n_components <= n
+        ):
             raise ValueError(
                 f"n_components must be None or an integer in [1, n_samples={n}]; "
-                f"got {self.n_components!r}.")
+                f"got {self.n_components!r}."
+            )
         if self.eigen_solver not in ("auto", "dense", "arpack"):
             raise ValueError(
-                f"eigen_solver must be 'auto', 'dense' or 'arpack'; got {self.eigen_solver!r}.")
+                f"eigen_solver must be 'auto', 'dense' or 'arpack'; got {self.eigen_solver!r}."
+            )
         n_components = n if self.n_components is None else self.n_components
         solver = self.eigen_solver
         if solver == "auto":
-            solver = "arpack" if n > ARPACK_MIN_SAMPLES and n_components < 10 else "dense"
+            solver = (
+                "arpack" if n > ARPACK_MIN_SAMPLES and n_components < 10 else "dense"
+            )
         if solver == "arpack" and n_components >= n:
             raise ValueError(
                 f"eigen_solver='arpack' finds fewer than n_samples={n} eigenvectors; got "
-                f"n_components={n_components}. Use eigen_solver='dense' or fewer components.")
+                f"n_components={n_components}. Use eigen_solver='dense' or fewer components."
+            )
         kernel = make_kernel(self.kernel, X, self.gamma, self.degree, self.coef0)
         return X, kernel, n_components, solver
 
@@ -174,7 +210,9 @@ class KernelPCA(BaseEstimator):
 
         tags = super().__sklearn_tags__()
         tags.transformer_tags = TransformerTags(preserves_dtype=["float64"])
-        tags.input_tags.pairwise = isinstance(self.kernel, str) and self.kernel == "precomputed"
+        tags.input_tags.pairwise = (
+            isinstance(self.kernel, str) and self.kernel == "precomputed"
+        )
         return tags
 
     def _top_eigenpairs(self, K_tilde, k, solver):
@@ -201,7 +239,8 @@ class KernelPCA(BaseEstimator):
             raise ValueError(
                 f"the centred Gram matrix has an eigenvalue {lam.min():.3g} (largest "
                 f"{largest:.3g}): the kernel is not positive semi-definite on these inputs "
-                "(see kernelref.kernels.mercer_check); choose a PSD kernel or parameters.")
+                "(see kernelref.kernels.mercer_check); choose a PSD kernel or parameters."
+            )
         lam = np.where(lam > ZERO_EIGENVALUE_RATIO * largest, lam, 0.0)
         if self.n_components is None:
             U, lam = U[:, lam > 0], lam[lam > 0]
@@ -214,7 +253,7 @@ class KernelPCA(BaseEstimator):
         a[:, positive] = U[:, positive] / np.sqrt(lam[positive])
         self.kernel_, self._K_column_means = kernel, column_means
         self.eigenvalues_, self.eigenvectors_, self.dual_coef_ = lam, U, a
-        self.X_fit_ = X.copy()      # the model owns its data
+        self.X_fit_ = X.copy()  # the model owns its data
         record_n_features(self, X)
         for name in ("X_transformed_fit_", "inverse_dual_coef_"):
             self.__dict__.pop(name, None)
@@ -225,8 +264,9 @@ class KernelPCA(BaseEstimator):
     def _fit_inverse_transform(self, X):
         """B = (K_Y + αI)⁻¹ X for the training projections Y (label ``kpca-preimage``)."""
         Y = self.eigenvectors_ * np.sqrt(self.eigenvalues_)
-        self.inverse_dual_coef_ = dual_coefficients(self.kernel_(Y), X, float(self.alpha),
-                                                    overwrite_K=True)
+        self.inverse_dual_coef_ = dual_coefficients(
+            self.kernel_(Y), X, float(self.alpha), overwrite_K=True
+        )
         self.X_transformed_fit_ = Y
 
     def inverse_transform(self, Y):
@@ -235,11 +275,14 @@ class KernelPCA(BaseEstimator):
         if not hasattr(self, "inverse_dual_coef_"):
             raise NotFittedError(
                 "inverse_transform needs the pre-image map: fit with "
-                "fit_inverse_transform=True.")
+                "fit_inverse_transform=True."
+            )
         Y = check_samples(Y, self.kernel_, "Y")
         if Y.shape[1] != self.X_transformed_fit_.shape[1]:
-            raise ValueError(f"Y must have one column per component "
-                             f"({self.X_transformed_fit_.shape[1]}); got {Y.shape[1]}.")
+            raise ValueError(
+                f"Y must have one column per component "
+                f"({self.X_transformed_fit_.shape[1]}); got {Y.shape[1]}."
+            )
         return self.kernel_(Y, self.X_transformed_fit_) @ self.inverse_dual_coef_
 
     def fit_transform(self, X, y=None):
@@ -250,12 +293,15 @@ class KernelPCA(BaseEstimator):
     def transform(self, X):
         """y_k(x) = Σ_n a_kn k̃(x, x_n) for each row of X (label ``kpca-project``)."""
         check_is_fitted(self, "dual_coef_")
-        X = check_samples(X, self.kernel_, "X", accept_sparse=accepts_sparse(self.kernel_))
+        X = check_samples(
+            X, self.kernel_, "X", accept_sparse=accepts_sparse(self.kernel_)
+        )
         if isinstance(self.kernel_, str):
             if X.shape[1] != len(self.X_fit_):
                 raise ValueError(
                     f"with kernel='precomputed', X must be K(X_new, X_train) with "
-                    f"{len(self.X_fit_)} columns; got {X.shape[1]}.")
+                    f"{len(self.X_fit_)} columns; got {X.shape[1]}."
+                )
             K_new = X
         else:
             if X.ndim == 2:

@@ -29,9 +29,16 @@ import numpy as np
 
 from kernelref.exceptions import ConvergenceWarning, NonFiniteError
 
-__all__ = ["ConvergenceWarning", "NewtonResult", "damped_newton", "likelihood_curvature",
-           "log_likelihood", "log_likelihood_gradient", "log_likelihood_third_derivative",
-           "sigmoid"]
+__all__ = [
+    "ConvergenceWarning",
+    "NewtonResult",
+    "damped_newton",
+    "likelihood_curvature",
+    "log_likelihood",
+    "log_likelihood_gradient",
+    "log_likelihood_third_derivative",
+    "sigmoid",
+]
 
 #: Halving a step 40 times shrinks it by 1e-12; a Newton direction of a
 #: concave objective that still fails to ascend is lost in rounding.
@@ -137,7 +144,10 @@ def damped_newton(objective, newton_step, x0, *, tol=TOL, max_iter=100):
             return NewtonResult(x, value, n_iter, True)
     warnings.warn(
         f"Newton's method did not converge in max_iter={max_iter} steps (last gain "
-        f"{gain:.3g}); raise max_iter.", ConvergenceWarning, stacklevel=2)
+        f"{gain:.3g}); raise max_iter.",
+        ConvergenceWarning,
+        stacklevel=2,
+    )
     return NewtonResult(x, value, max_iter, False)
 
 
@@ -149,4 +159,5 @@ def _check_finite_step(value, what, x):
             f"Newton's method met a non-finite value in {what} (at a point with "
             f"max |x| = {float(np.max(np.abs(x), initial=0.0)):.3g}): the kernel matrix "
             "or the design matrix holds NaN or infinity, or overflows. Scale X or change "
-            "the kernel's parameters.")
+            "the kernel's parameters."
+        )

@@ -10,8 +10,12 @@ import numpy as np
 from scipy.special import softmax
 
 from kernelref._validation import (
+    check_array,
+    check_is_fitted,
+    check_n_features,
+    check_targets,
     evaluate_kernel,
-    check_array, check_is_fitted, check_n_features, check_targets)
+)
 from kernelref.base import BaseEstimator, RegressorMixin
 from kernelref.kernels import make_kernel
 
@@ -38,15 +42,16 @@ class NadarayaWatson(RegressorMixin, BaseEstimator):
         if isinstance(self.kernel, str) and self.kernel not in ("rbf", "laplacian"):
             raise ValueError(
                 f"kernel must be 'rbf', 'laplacian' or a non-negative Kernel object for "
-                f"Nadaraya–Watson (a density component); got {self.kernel!r}.")
+                f"Nadaraya–Watson (a density component); got {self.kernel!r}."
+            )
         self.kernel_ = make_kernel(self.kernel, X, self.gamma)
-        self.X_fit_ = X.copy()      # the model owns its data
+        self.X_fit_ = X.copy()  # the model owns its data
         self.n_features_in_ = X.shape[1]
         return self
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.target_tags.multi_output = True        # y may be (n_samples, n_targets)
+        tags.target_tags.multi_output = True  # y may be (n_samples, n_targets)
         # A local average with the default bandwidth γ = 1/D over-smooths in many
         # dimensions (R² = 0.27 on scikit-learn's 10-feature check data, 1.00 with
         # γ = 1): the bandwidth is the user's to choose, not learned.
@@ -66,14 +71,17 @@ class NadarayaWatson(RegressorMixin, BaseEstimator):
             return softmax(self.kernel_.log_kernel(X, self.X_fit_), axis=1)
         G = evaluate_kernel(self.kernel_, X, self.X_fit_)
         if (G < 0).any():
-            raise ValueError("the kernel gave negative values; Nadaraya–Watson needs a "
-                             "non-negative kernel (a density), such as RBF.")
+            raise ValueError(
+                "the kernel gave negative values; Nadaraya–Watson needs a "
+                "non-negative kernel (a density), such as RBF."
+            )
         total = G.sum(axis=1, keepdims=True)
         empty = np.flatnonzero(total[:, 0] == 0)
         if empty.size:
             raise ValueError(
                 f"test rows {empty[:5].tolist()} have zero kernel weight to every training "
-                "point; widen the kernel (smaller gamma).")
+                "point; widen the kernel (smaller gamma)."
+            )
         return G / total
 
     def predict(self, X):

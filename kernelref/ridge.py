@@ -15,15 +15,27 @@ import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve, solve
 
 from kernelref._validation import (
+    check_is_fitted,
+    check_n_features,
+    check_positive,
+    check_samples,
+    check_targets,
+    check_training_samples,
     evaluate_kernel,
-    check_is_fitted, check_n_features, check_positive, check_samples, check_targets,
-    check_training_samples, record_n_features)
+    record_n_features,
+)
 from kernelref.base import BaseEstimator, RegressorMixin
 from kernelref.kernels import accepts_sparse, make_kernel
 from kernelref.nadaraya_watson import NadarayaWatson
 
-__all__ = ["KernelRidge", "NadarayaWatson", "dual_coefficients", "dual_objective",
-           "primal_weights", "weighted_dual_coefficients"]
+__all__ = [
+    "KernelRidge",
+    "NadarayaWatson",
+    "dual_coefficients",
+    "dual_objective",
+    "primal_weights",
+    "weighted_dual_coefficients",
+]
 
 
 def dual_objective(a, K, t, lam):
@@ -107,9 +119,15 @@ class KernelRidge(RegressorMixin, BaseEstimator):
         self.coef0 = coef0
 
     def _validate(self, X, y, sample_weight=None):
-        lam = check_positive(self.lam, "lam", meaning="It is the ridge penalty λ; "
-                             "use a small positive value such as 1e-8 to nearly interpolate.")
-        X = check_training_samples(X, self.kernel, accept_sparse=accepts_sparse(self.kernel))
+        lam = check_positive(
+            self.lam,
+            "lam",
+            meaning="It is the ridge penalty λ; "
+            "use a small positive value such as 1e-8 to nearly interpolate.",
+        )
+        X = check_training_samples(
+            X, self.kernel, accept_sparse=accepts_sparse(self.kernel)
+        )
         t = check_targets(y, X.shape[0], "y")
         s = None
         if sample_weight is not None:
@@ -117,7 +135,8 @@ class KernelRidge(RegressorMixin, BaseEstimator):
             if s.ndim != 1 or np.any(s < 0) or not np.any(s > 0):
                 raise ValueError(
                     "sample_weight must be 1-D with one weight ≥ 0 per sample, not all "
-                    "zero; it weighs each sample's squared error.")
+                    "zero; it weighs each sample's squared error."
+                )
         kernel = make_kernel(self.kernel, X, self.gamma, self.degree, self.coef0)
         return lam, X, t, s, kernel
 
@@ -129,25 +148,32 @@ class KernelRidge(RegressorMixin, BaseEstimator):
         if s is None:
             self.dual_coef_ = dual_coefficients(K, t, lam, overwrite_K=K is not X)
         else:
-            self.dual_coef_ = weighted_dual_coefficients(K, t, lam, s, overwrite_K=K is not X)
-        self.X_fit_ = X.copy()      # the model owns its data: later edits of X do not reach it
+            self.dual_coef_ = weighted_dual_coefficients(
+                K, t, lam, s, overwrite_K=K is not X
+            )
+        self.X_fit_ = (
+            X.copy()
+        )  # the model owns its data: later edits of X do not reach it
         record_n_features(self, X)
         return self
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.target_tags.multi_output = True        # y may be (n_samples, n_targets)
+        tags.target_tags.multi_output = True  # y may be (n_samples, n_targets)
         return tags
 
     def _cross_kernel(self, X):
         """k(x)ᵀ for each row of X: the (n_test, n_train) matrix K(X, X_fit)."""
         check_is_fitted(self, "dual_coef_")
-        X = check_samples(X, self.kernel_, "X", accept_sparse=accepts_sparse(self.kernel_))
+        X = check_samples(
+            X, self.kernel_, "X", accept_sparse=accepts_sparse(self.kernel_)
+        )
         if isinstance(self.kernel_, str):
             if X.shape[1] != len(self.X_fit_):
                 raise ValueError(
                     f"with kernel='precomputed', X must be K(X_test, X_train) with "
-                    f"{len(self.X_fit_)} columns; got {X.shape[1]}.")
+                    f"{len(self.X_fit_)} columns; got {X.shape[1]}."
+                )
             return X
         if X.ndim == 2:
             check_n_features(X, self.n_features_in_)

@@ -49,7 +49,8 @@ def _client_at(address):
 
     if not isinstance(address, str) or not address:
         raise TypeError(
-            f"address must be a scheduler address such as 'tcp://127.0.0.1:8786'; got {address!r}.")
+            f"address must be a scheduler address such as 'tcp://127.0.0.1:8786'; got {address!r}."
+        )
     try:
         active = distributed.get_client()
     except ValueError:
@@ -84,8 +85,12 @@ def _embedded_client():
             return client
         n_workers, memory_limit = machine_size()
         cluster = distributed.LocalCluster(
-            n_workers=n_workers, threads_per_worker=1, processes=True,
-            memory_limit=memory_limit, dashboard_address=":0")
+            n_workers=n_workers,
+            threads_per_worker=1,
+            processes=True,
+            memory_limit=memory_limit,
+            dashboard_address=":0",
+        )
         client = distributed.Client(cluster)
         _embedded.update(cluster=cluster, client=client)
         return client

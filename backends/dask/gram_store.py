@@ -28,9 +28,20 @@ import warnings
 
 import numpy as np
 
-from backends.dask.blocks import batches, block_slice, lower_blocks, n_blocks, write_blocks
+from backends.dask.blocks import (
+    batches,
+    block_slice,
+    lower_blocks,
+    n_blocks,
+    write_blocks,
+)
 from backends.dask.integrity import (
-    DamagedChunkError, StoreError, damaged_chunks, forget_chunk, verify_chunk)
+    DamagedChunkError,
+    StoreError,
+    damaged_chunks,
+    forget_chunk,
+    verify_chunk,
+)
 from kernelref._validation import check_array, check_integer
 from kernelref.kernels import Kernel
 
@@ -79,7 +90,8 @@ class GramStore:
             raise StoreError(
                 f"the Gram store at {str(self.path)!r} cannot be read: its metadata is "
                 f"damaged ({type(exc).__name__}: {exc}). Rebuild it with "
-                "GramStore.build(path, X, kernel, overwrite=True).") from exc
+                "GramStore.build(path, X, kernel, overwrite=True)."
+            ) from exc
         self.n_blocks = n_blocks(self.n, self.chunk_size)
 
     @property
@@ -114,12 +126,15 @@ class GramStore:
     def _check_block_index(self, index, name):
         if not (isinstance(index, (int, np.integer)) and 0 <= index < self.n_blocks):
             raise IndexError(
-                f"{name} must be a block index in 0..{self.n_blocks - 1}; got {index!r}.")
+                f"{name} must be a block index in 0..{self.n_blocks - 1}; got {index!r}."
+            )
 
     def __repr__(self):
         state = "complete" if self.is_complete else "incomplete"
-        return (f"GramStore({str(self.path)!r}, n={self.n}, chunk_size={self.chunk_size}, "
-                f"{state})")
+        return (
+            f"GramStore({str(self.path)!r}, n={self.n}, chunk_size={self.chunk_size}, "
+            f"{state})"
+        )
 
     # -- opening ---------------------------------------------------------------
     @classmethod
@@ -133,10 +148,12 @@ class GramStore:
         if not _is_gram_store(path):
             raise ValueError(
                 f"path {str(path)!r} holds no Gram store; make one with "
-                "GramStore.build(path, X, kernel).")
+                "GramStore.build(path, X, kernel)."
+            )
         incomplete = ValueError(
             f"the Gram store at {str(path)!r} is incomplete (its build was interrupted); "
-            "GramStore.build(path, X, kernel) with the same X and kernel resumes it.")
+            "GramStore.build(path, X, kernel) with the same X and kernel resumes it."
+        )
         if not _has_gram_array(path):
             raise incomplete
         store = cls(path)
@@ -148,22 +165,40 @@ class GramStore:
             raise DamagedChunkError(
                 f"block {block} of the Gram store at {str(path)!r} {problem}"
                 + (f", and {more} more block(s) are damaged" if more else "")
-                + f"; the store is not used. {_REBUILD}", str(path), block)
+                + f"; the store is not used. {_REBUILD}",
+                str(path),
+                block,
+            )
         fix = "rebuild it with GramStore.build(path, X, kernel, overwrite=True)"
         if X is not None:
-            mismatch = _data_mismatch(path, store.attrs, fingerprint(check_array(X, "X")))
+            mismatch = _data_mismatch(
+                path, store.attrs, fingerprint(check_array(X, "X"))
+            )
             if mismatch:
                 raise ValueError(f"{mismatch}; pass the X it was built from, or {fix}.")
         if kernel is not None:
-            mismatch = _kernel_mismatch(path, store.attrs, kernel_spec(_check_kernel(kernel)))
+            mismatch = _kernel_mismatch(
+                path, store.attrs, kernel_spec(_check_kernel(kernel))
+            )
             if mismatch:
-                raise ValueError(f"{mismatch}; pass the kernel it was built with, or {fix}.")
+                raise ValueError(
+                    f"{mismatch}; pass the kernel it was built with, or {fix}."
+                )
         return store
 
     # -- building --------------------------------------------------------------
     @classmethod
-    def build(cls, path, X, kernel, chunk_size=1024, compressor=None, client=None,
-              overwrite=False, progress=None):
+    def build(
+        cls,
+        path,
+        X,
+        kernel,
+        chunk_size=1024,
+        compressor=None,
+        client=None,
+        overwrite=False,
+        progress=None,
+    ):
         """Compute the blocks (i, j), i ≥ j, of k(X, X) on the cluster and write them.
 
         Implements (gram-lower-blocks). X is scattered to the workers once;
@@ -184,21 +219,30 @@ class GramStore:
         chunk_size = _check_chunk_size(chunk_size)
         if compressor not in COMPRESSORS:
             raise ValueError(
-                f"compressor must be None (uncompressed) or 'lz4'; got {compressor!r}.")
+                f"compressor must be None (uncompressed) or 'lz4'; got {compressor!r}."
+            )
         if progress is not None and not callable(progress):
             raise TypeError(
-                f"progress must be a callable (n_done, n_total) or None; got {progress!r}.")
+                f"progress must be a callable (n_done, n_total) or None; got {progress!r}."
+            )
         path = pathlib.Path(path).resolve()
-        wanted = {"data": fingerprint(X), "kernel": kernel_spec(kernel), "chunk_size": chunk_size}
+        wanted = {
+            "data": fingerprint(X),
+            "kernel": kernel_spec(kernel),
+            "chunk_size": chunk_size,
+        }
 
         if not overwrite and _has_gram_array(path):
             store = cls(path, mode="r+")
-            mismatch = (_data_mismatch(path, store.attrs, wanted["data"])
-                        or _kernel_mismatch(path, store.attrs, wanted["kernel"])
-                        or _chunk_mismatch(path, store.attrs, chunk_size))
+            mismatch = (
+                _data_mismatch(path, store.attrs, wanted["data"])
+                or _kernel_mismatch(path, store.attrs, wanted["kernel"])
+                or _chunk_mismatch(path, store.attrs, chunk_size)
+            )
             if mismatch:
                 raise ValueError(
-                    f"{mismatch}; give another path, or overwrite=True to replace it.")
+                    f"{mismatch}; give another path, or overwrite=True to replace it."
+                )
             if store.is_complete and store._discard_damaged():
                 return store
         else:
@@ -215,17 +259,34 @@ class GramStore:
         n = len(X)
         # The attributes come with the group, so a creation cut short still
         # reads as an (incomplete) Gram store that a later build may replace.
-        group = zarr.open_group(store=str(path), mode="w", attributes={
-            "format": FORMAT, "format_version": FORMAT_VERSION,
-            "kernel": wanted["kernel"], "data": wanted["data"],
-            "n": n, "chunk_size": wanted["chunk_size"], "layout": "lower",
-            "compressor": compressor, "complete": False,
-        })
-        compressors = None if compressor is None else BloscCodec(
-            cname="lz4", clevel=5, shuffle="shuffle", typesize=8)
+        group = zarr.open_group(
+            store=str(path),
+            mode="w",
+            attributes={
+                "format": FORMAT,
+                "format_version": FORMAT_VERSION,
+                "kernel": wanted["kernel"],
+                "data": wanted["data"],
+                "n": n,
+                "chunk_size": wanted["chunk_size"],
+                "layout": "lower",
+                "compressor": compressor,
+                "complete": False,
+            },
+        )
+        compressors = (
+            None
+            if compressor is None
+            else BloscCodec(cname="lz4", clevel=5, shuffle="shuffle", typesize=8)
+        )
         group.create_array(
-            "K", shape=(n, n), chunks=(wanted["chunk_size"],) * 2, dtype="float64",
-            compressors=compressors, fill_value=np.nan)
+            "K",
+            shape=(n, n),
+            chunks=(wanted["chunk_size"],) * 2,
+            dtype="float64",
+            compressors=compressors,
+            fill_value=np.nan,
+        )
         return cls(path, mode="r+")
 
     def _discard_damaged(self):
@@ -237,7 +298,10 @@ class GramStore:
         warnings.warn(
             f"the Gram store at {str(self.path)!r} has {len(damaged)} damaged block(s) "
             f"{[block for block, _ in damaged][:10]} (first: {damaged[0][1]}); "
-            "recomputing them.", RuntimeWarning, stacklevel=3)
+            "recomputing them.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
         self.group.attrs["complete"] = False
         for block, _ in damaged:
             forget_chunk(self.array, block)
@@ -246,8 +310,11 @@ class GramStore:
     def missing_blocks(self):
         """The lower-triangle blocks (i, j) whose chunk is not yet on disk."""
         chunk_file = self.array.metadata.encode_chunk_key
-        return [(i, j) for i, j in lower_blocks(self.n_blocks)
-                if not (self.path / "K" / chunk_file((i, j))).is_file()]
+        return [
+            (i, j)
+            for i, j in lower_blocks(self.n_blocks)
+            if not (self.path / "K" / chunk_file((i, j))).is_file()
+        ]
 
     def _compute_missing(self, X, kernel, client, progress):
         from distributed import as_completed
@@ -264,8 +331,15 @@ class GramStore:
         sizes = {}
         for batch in batches(todo, self.chunk_size, n_threads):
             future = client.submit(
-                write_blocks, str(self.path), token, X_future, kernel, batch, self.chunk_size,
-                key=f"gram-blocks-{batch[0][0]}-{batch[0][1]}-{token}")
+                write_blocks,
+                str(self.path),
+                token,
+                X_future,
+                kernel,
+                batch,
+                self.chunk_size,
+                key=f"gram-blocks-{batch[0][0]}-{batch[0][1]}-{token}",
+            )
             sizes[future] = len(batch)
         futures = list(sizes)
         n_done = 0
@@ -284,24 +358,30 @@ class GramStore:
             raise RuntimeError(
                 f"blocks of the Gram store at {str(self.path)!r} are still missing after the "
                 "build; check that the workers share this file system, then build again to "
-                "resume it.")
+                "resume it."
+            )
         self.group.attrs["complete"] = True
 
 
-_REBUILD = ("GramStore.build(path, X, kernel) with the data and kernel it was built "
-            "for recomputes the damaged blocks.")
+_REBUILD = (
+    "GramStore.build(path, X, kernel) with the data and kernel it was built "
+    "for recomputes the damaged blocks."
+)
 
 
 def _check_kernel(kernel):
     if not isinstance(kernel, Kernel):
         raise TypeError(
             "kernel must be a kernelref.kernels.Kernel object such as RBF(gamma=0.5); "
-            f"got {kernel!r}.")
+            f"got {kernel!r}."
+        )
     return kernel
 
 
 def _check_chunk_size(chunk_size):
-    return check_integer(chunk_size, "chunk_size", meaning="It is the edge of the square blocks.")
+    return check_integer(
+        chunk_size, "chunk_size", meaning="It is the edge of the square blocks."
+    )
 
 
 def _is_gram_store(path):
@@ -309,12 +389,15 @@ def _is_gram_store(path):
     if not meta.is_file():
         return False
     try:
-        return json.loads(meta.read_text()).get("attributes", {}).get("format") == FORMAT
+        return (
+            json.loads(meta.read_text()).get("attributes", {}).get("format") == FORMAT
+        )
     except (ValueError, AttributeError) as exc:
         raise StoreError(
             f"the store metadata {str(meta)!r} is not valid JSON ({exc}): it is truncated "
             "or damaged. Rebuild the store with GramStore.build(path, X, kernel, "
-            "overwrite=True), or remove the directory.") from exc
+            "overwrite=True), or remove the directory."
+        ) from exc
 
 
 def _has_gram_array(path):
@@ -328,20 +411,22 @@ def _check_replaceable(path):
         is_store = _is_gram_store(path)
     except StoreError:
         is_store = (path / "K").is_dir()
-    if path.exists() and not is_store and (
-            not path.is_dir() or any(path.iterdir())):
+    if path.exists() and not is_store and (not path.is_dir() or any(path.iterdir())):
         raise ValueError(
             f"path {str(path)!r} exists and is not a Gram store; give a new or empty "
-            "directory (it is not cleared, even with overwrite=True).")
+            "directory (it is not cleared, even with overwrite=True)."
+        )
 
 
 def _data_mismatch(path, attrs, data):
     stored = attrs["data"]
     if stored == data:
         return ""
-    return (f"the Gram store at {str(path)!r} was built for other data (shape {stored['shape']}, "
-            f"sha256 {stored['sha256'][:12]}…) than X (shape {data['shape']}, "
-            f"sha256 {data['sha256'][:12]}…)")
+    return (
+        f"the Gram store at {str(path)!r} was built for other data (shape {stored['shape']}, "
+        f"sha256 {stored['sha256'][:12]}…) than X (shape {data['shape']}, "
+        f"sha256 {data['sha256'][:12]}…)"
+    )
 
 
 def _kernel_mismatch(path, attrs, spec):
@@ -354,5 +439,7 @@ def _kernel_mismatch(path, attrs, spec):
 def _chunk_mismatch(path, attrs, chunk_size):
     if attrs["chunk_size"] == chunk_size:
         return ""
-    return (f"the Gram store at {str(path)!r} has chunk_size={attrs['chunk_size']}, "
-            f"not {chunk_size}")
+    return (
+        f"the Gram store at {str(path)!r} has chunk_size={attrs['chunk_size']}, "
+        f"not {chunk_size}"
+    )

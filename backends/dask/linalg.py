@@ -60,8 +60,14 @@ def create_factor(path, n, chunk_size, compressors=None, overwrite=True):
     Tiles above the diagonal are never written and read as zeros.
     """
     return zarr.create_array(
-        path, shape=(n, n), chunks=(chunk_size, chunk_size), dtype="float64",
-        fill_value=0.0, compressors=compressors, overwrite=overwrite)
+        path,
+        shape=(n, n),
+        chunks=(chunk_size, chunk_size),
+        dtype="float64",
+        fill_value=0.0,
+        compressors=compressors,
+        overwrite=overwrite,
+    )
 
 
 def _factor_tile(K, L, lam, i, j, b, *written):
@@ -84,13 +90,16 @@ def _factor_tile(K, L, lam, i, j, b, *written):
                 f"diagonal tile {j} (rows {j * b} to {j * b + len(A) - 1}) with lam={lam!r}. "
                 "The kernel is not positive semi-definite on this data; use a larger lam, "
                 "a positive semi-definite kernel, or kernelref.ridge.KernelRidge, which "
-                "falls back to an LDL^T factorisation.") from None
+                "falls back to an LDL^T factorisation."
+            ) from None
     else:
         # L_ij L_jjᵀ = A, solved as L_jj L_ijᵀ = Aᵀ.
-        tile = solve_triangular(_tile(L, j, j, b), A.T, lower=True, check_finite=False).T
+        tile = solve_triangular(
+            _tile(L, j, j, b), A.T, lower=True, check_finite=False
+        ).T
     n = L.shape[0]
     L[block_slice(i, n, b), block_slice(j, n, b)] = tile
-    record_chunk(L, (i, j))     # checked before the factor is reused (integrity)
+    record_chunk(L, (i, j))  # checked before the factor is reused (integrity)
 
 
 def tiled_cholesky(K, lam, L, client, order="right"):
@@ -105,8 +114,10 @@ def tiled_cholesky(K, lam, L, client, order="right"):
     """
     n, b = K.shape[0], K.chunks[0]
     if L.shape != K.shape or tuple(L.chunks) != tuple(K.chunks):
-        raise ValueError(f"the factor array must have K's shape {K.shape} and chunks "
-                         f"{K.chunks}; got {L.shape} and {L.chunks}.")
+        raise ValueError(
+            f"the factor array must have K's shape {K.shape} and chunks "
+            f"{K.chunks}; got {L.shape} and {L.chunks}."
+        )
     if order not in ("right", "left"):
         raise ValueError(f"order must be 'right' or 'left'; got {order!r}.")
     if order == "right":
@@ -119,8 +130,17 @@ def tiled_cholesky(K, lam, L, client, order="right"):
             needs = {tasks[i, p] for p in range(j)} | {tasks[j, p] for p in range(j)}
             if i > j:
                 needs.add(tasks[j, j])
-            tasks[i, j] = client.submit(_factor_tile, K, L, lam, i, j, b, *needs,
-                                        key=f"cholesky-tile-{i}-{j}-{run}")
+            tasks[i, j] = client.submit(
+                _factor_tile,
+                K,
+                L,
+                lam,
+                i,
+                j,
+                b,
+                *needs,
+                key=f"cholesky-tile-{i}-{j}-{run}",
+            )
     _wait_all(client, list(tasks.values()))
     return L
 
@@ -210,12 +230,15 @@ def _panel_task(K, L, lam, work, i, k, b, *written):
                 f"diagonal tile {k} (rows {k * b} to {k * b + len(A) - 1}) with lam={lam!r}. "
                 "The kernel is not positive semi-definite on this data; use a larger lam, "
                 "a positive semi-definite kernel, or kernelref.ridge.KernelRidge, which "
-                "falls back to an LDL^T factorisation.") from None
+                "falls back to an LDL^T factorisation."
+            ) from None
     else:
-        tile = solve_triangular(_tile(L, k, k, b), A.T, lower=True, check_finite=False).T
+        tile = solve_triangular(
+            _tile(L, k, k, b), A.T, lower=True, check_finite=False
+        ).T
     n = L.shape[0]
     L[block_slice(i, n, b), block_slice(k, n, b)] = tile
-    record_chunk(L, (i, k))     # checked before the factor is reused (integrity)
+    record_chunk(L, (i, k))  # checked before the factor is reused (integrity)
 
 
 def _right_looking(K, lam, L, client):
@@ -240,8 +263,18 @@ def _right_looking(K, lam, L, client):
                 if k > 0:
                     needs.append(done_after[i, k, k - 1])
                 panel[i, k] = client.submit(
-                    _panel_task, K, L, lam, work, i, k, b, *needs,
-                    key=f"cholesky-panel-{i}-{k}-{run}", priority=3 * (T - k) + 2)
+                    _panel_task,
+                    K,
+                    L,
+                    lam,
+                    work,
+                    i,
+                    k,
+                    b,
+                    *needs,
+                    key=f"cholesky-panel-{i}-{k}-{run}",
+                    priority=3 * (T - k) + 2,
+                )
             for j in range(k + 1, T):
                 for first, last in batches[j]:
                     if last != k:
@@ -252,9 +285,19 @@ def _right_looking(K, lam, L, client):
                         if first > 0:
                             needs.append(done_after[i, j, first - 1])
                         done_after[i, j, last] = update[i, j, last] = client.submit(
-                            _update_task, K, L, work, i, j, first, b, *needs, last=last,
+                            _update_task,
+                            K,
+                            L,
+                            work,
+                            i,
+                            j,
+                            first,
+                            b,
+                            *needs,
+                            last=last,
                             key=f"cholesky-update-{i}-{j}-{last}-{run}",
-                            priority=3 * (T - j))
+                            priority=3 * (T - j),
+                        )
         _wait_all(client, list(panel.values()) + list(update.values()))
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -270,8 +313,13 @@ def _tile_times(L, i, j, b, x, transpose):
 def _diagonal_solve(L, i, b, rhs, transpose, *terms):
     """Solve L_ii z_i = rhs − Σ terms (or L_iiᵀ z_i = ... when ``transpose``)."""
     rhs = rhs - sum(terms) if terms else rhs
-    return solve_triangular(_tile(L, i, i, b), rhs, lower=True, trans=1 if transpose else 0,
-                            check_finite=False)
+    return solve_triangular(
+        _tile(L, i, i, b),
+        rhs,
+        lower=True,
+        trans=1 if transpose else 0,
+        check_finite=False,
+    )
 
 
 def tiled_cho_solve(L, t, client):
@@ -287,14 +335,19 @@ def tiled_cho_solve(L, t, client):
     T = n_blocks(n, b)
     z = [None] * T
     for i in range(T):
-        terms = [client.submit(_tile_times, L, i, j, b, z[j], False, pure=False)
-                 for j in range(i)]
-        z[i] = client.submit(_diagonal_solve, L, i, b, t[block_slice(i, n, b)], False, *terms,
-                             pure=False)
+        terms = [
+            client.submit(_tile_times, L, i, j, b, z[j], False, pure=False)
+            for j in range(i)
+        ]
+        z[i] = client.submit(
+            _diagonal_solve, L, i, b, t[block_slice(i, n, b)], False, *terms, pure=False
+        )
     x = [None] * T
     for i in reversed(range(T)):
-        terms = [client.submit(_tile_times, L, j, i, b, x[j], True, pure=False)
-                 for j in range(i + 1, T)]
+        terms = [
+            client.submit(_tile_times, L, j, i, b, x[j], True, pure=False)
+            for j in range(i + 1, T)
+        ]
         x[i] = client.submit(_diagonal_solve, L, i, b, z[i], True, *terms, pure=False)
     return np.concatenate(_wait_all(client, x), axis=0)
 

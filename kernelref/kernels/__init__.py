@@ -8,21 +8,57 @@ import scipy.sparse as sp
 
 from kernelref.kernels.base import Kernel, squared_distances
 from kernelref.kernels.compose import (
-    Constant, Exp, Mapped, PolynomialOf, Product, Scaled, Sum, Warped)
+    Constant,
+    Exp,
+    Mapped,
+    PolynomialOf,
+    Product,
+    Scaled,
+    Sum,
+    Warped,
+)
 from kernelref.kernels.dot_product import DotProduct
 from kernelref.kernels.mercer import MercerReport, mercer_check
 from kernelref.kernels.noise import White
 from kernelref.kernels.stationary import ExpSineSquared, Matern, RationalQuadratic
 from kernelref.kernels.vector import (
-    ARD, RBF, Bilinear, ExponentialQuadratic, Laplacian, Linear, Polynomial, Sigmoid)
+    ARD,
+    RBF,
+    Bilinear,
+    ExponentialQuadratic,
+    Laplacian,
+    Linear,
+    Polynomial,
+    Sigmoid,
+)
 
 __all__ = [
-    "ARD", "RBF", "Bilinear", "Constant", "Exp", "ExponentialQuadratic", "Kernel",
-    "Laplacian", "Linear", "Mapped", "MercerReport", "Polynomial", "PolynomialOf",
-    "Product", "Scaled", "Sigmoid", "Sum", "Warped", "make_kernel", "mercer_check",
+    "ARD",
+    "RBF",
+    "Bilinear",
+    "Constant",
+    "Exp",
+    "ExponentialQuadratic",
+    "Kernel",
+    "Laplacian",
+    "Linear",
+    "Mapped",
+    "MercerReport",
+    "Polynomial",
+    "PolynomialOf",
+    "Product",
+    "Scaled",
+    "Sigmoid",
+    "Sum",
+    "Warped",
+    "make_kernel",
+    "mercer_check",
     "squared_distances",
     "White",
-    "DotProduct", "ExpSineSquared", "Matern", "RationalQuadratic",
+    "DotProduct",
+    "ExpSineSquared",
+    "Matern",
+    "RationalQuadratic",
 ]
 
 KERNEL_NAMES = ("linear", "poly", "rbf", "laplacian", "sigmoid", "precomputed")
@@ -37,19 +73,25 @@ def resolve_gamma(gamma, X):
         if gamma == "scale":
             # for sparse X, E[x²] − E[x]² from the stored entries, as scikit-learn
             with np.errstate(over="ignore", invalid="ignore"):
-                variance = (float(X.multiply(X).mean() - X.mean() ** 2) if sp.issparse(X)
-                            else float(X.var()))
+                variance = (
+                    float(X.multiply(X).mean() - X.mean() ** 2)
+                    if sp.issparse(X)
+                    else float(X.var())
+                )
                 gamma = 1.0 / (n_features * variance) if variance > 0 else 1.0
             if not (np.isfinite(variance) and 0 < gamma < np.inf):
                 raise ValueError(
                     f"gamma='scale' is 1/(n_features·Var X), but Var X = {variance:.3g} "
                     "overflows or underflows on this X (entries as large as "
                     f"{float(abs(X).max()):.3g}); scale X (e.g. standardise its columns) or "
-                    "give gamma as a number.")
+                    "give gamma as a number."
+                )
             return gamma
         if gamma == "auto":
             return 1.0 / n_features
-        raise ValueError(f"gamma must be a positive number, None, 'scale' or 'auto'; got {gamma!r}.")
+        raise ValueError(
+            f"gamma must be a positive number, None, 'scale' or 'auto'; got {gamma!r}."
+        )
     if not np.isfinite(gamma) or gamma <= 0:
         raise ValueError(f"gamma must be a finite number > 0; got {float(gamma)!r}.")
     return float(gamma)
@@ -76,7 +118,8 @@ def make_kernel(kernel, X, gamma=None, degree=3, coef0=1.0):
         return kernel
     if not isinstance(kernel, str) or kernel not in KERNEL_NAMES + ("polynomial",):
         raise ValueError(
-            f"kernel must be one of {KERNEL_NAMES} or a kernelref.kernels.Kernel; got {kernel!r}.")
+            f"kernel must be one of {KERNEL_NAMES} or a kernelref.kernels.Kernel; got {kernel!r}."
+        )
     if kernel == "precomputed":
         return kernel
     if kernel == "linear":

@@ -47,11 +47,13 @@ def check_kernel_param(kernel, name, value, kind):
         return value
     if kind == "degree":
         integral = isinstance(value, numbers.Integral) or (
-            isinstance(value, numbers.Real) and float(value).is_integer())
+            isinstance(value, numbers.Real) and float(value).is_integer()
+        )
         if isinstance(value, bool) or not integral or value < 1:
             raise ValueError(
                 f"{owner}: {name} must be {wanted}; got {_plain(value)!r}. A fractional "
-                "power of a negative xᵀx′ is not real; round the degree.")
+                "power of a negative xᵀx′ is not real; round the degree."
+            )
         return value
     try:
         array = np.asarray(value, dtype=np.float64)
@@ -87,6 +89,7 @@ class Kernel(ParamsMixin, abc.ABC):
         if kind is not None:
             check_kernel_param(self, name, value, kind)
         super().__setattr__(name, value)
+
     #: True for kernels computed from sparse products, which take ``scipy.sparse`` X
     accepts_sparse = False
 
@@ -122,9 +125,14 @@ class Kernel(ParamsMixin, abc.ABC):
         return getattr(self, f"{name}_bounds", DEFAULT_BOUNDS)
 
     def _own(self):
-        return [(name, int(np.size(getattr(self, name))))
-                for name in self.hyperparameter_names
-                if not (isinstance(self._bounds_of(name), str) and self._bounds_of(name) == "fixed")]
+        return [
+            (name, int(np.size(getattr(self, name))))
+            for name in self.hyperparameter_names
+            if not (
+                isinstance(self._bounds_of(name), str)
+                and self._bounds_of(name) == "fixed"
+            )
+        ]
 
     @property
     def hyperparameters(self):
@@ -137,7 +145,10 @@ class Kernel(ParamsMixin, abc.ABC):
     @property
     def theta(self):
         """Logarithms of the free hyperparameters, flattened (own first, then children)."""
-        parts = [np.log(np.ravel(getattr(self, name)).astype(float)) for name, _ in self._own()]
+        parts = [
+            np.log(np.ravel(getattr(self, name)).astype(float))
+            for name, _ in self._own()
+        ]
         parts += [child.theta for _, child in self._children()]
         return np.concatenate(parts) if parts else np.empty(0)
 
@@ -145,16 +156,20 @@ class Kernel(ParamsMixin, abc.ABC):
     def theta(self, theta):
         theta = np.asarray(theta, dtype=float)
         if theta.shape != (len(self.theta),):
-            raise ValueError(f"theta must have shape ({len(self.theta)},); got {theta.shape}.")
+            raise ValueError(
+                f"theta must have shape ({len(self.theta)},); got {theta.shape}."
+            )
         start = 0
         for name, size in self._own():
-            with np.errstate(over="ignore"):     # an overflow is refused by name below
-                value = np.exp(theta[start:start + size])
-            setattr(self, name, value if np.ndim(getattr(self, name)) else float(value[0]))
+            with np.errstate(over="ignore"):  # an overflow is refused by name below
+                value = np.exp(theta[start : start + size])
+            setattr(
+                self, name, value if np.ndim(getattr(self, name)) else float(value[0])
+            )
             start += size
         for _, child in self._children():
             size = len(child.theta)
-            child.theta = theta[start:start + size]
+            child.theta = theta[start : start + size]
             start += size
 
     @property
@@ -166,9 +181,12 @@ class Kernel(ParamsMixin, abc.ABC):
             if not 0 < low <= high:
                 raise ValueError(
                     f"{name}_bounds must be (low, high) with 0 < low <= high or 'fixed'; "
-                    f"got {(low, high)}.")
+                    f"got {(low, high)}."
+                )
             rows += [(np.log(low), np.log(high))] * size
-        parts = [np.array(rows).reshape(-1, 2)] + [c.bounds for _, c in self._children()]
+        parts = [np.array(rows).reshape(-1, 2)] + [
+            c.bounds for _, c in self._children()
+        ]
         return np.concatenate(parts)
 
     def clone_with_theta(self, theta):
@@ -203,6 +221,7 @@ class Kernel(ParamsMixin, abc.ABC):
     # -- composition (book: kernel construction rules) ------------------------------
     def __add__(self, other):
         from kernelref.kernels.compose import Constant, Sum
+
         if isinstance(other, numbers.Real):
             other = Constant(other)
         _check_same_domain(self, other, "+")
@@ -212,6 +231,7 @@ class Kernel(ParamsMixin, abc.ABC):
 
     def __mul__(self, other):
         from kernelref.kernels.compose import Product, Scaled
+
         if isinstance(other, numbers.Real):
             return Scaled(other, self)
         _check_same_domain(self, other, "*")
@@ -221,7 +241,8 @@ class Kernel(ParamsMixin, abc.ABC):
 
     def __eq__(self, other):
         return type(self) is type(other) and _params_equal(
-            self.get_params(deep=False), other.get_params(deep=False))
+            self.get_params(deep=False), other.get_params(deep=False)
+        )
 
     def __hash__(self):
         return hash(repr(self))
@@ -233,7 +254,9 @@ class Kernel(ParamsMixin, abc.ABC):
             if isinstance(value, Kernel):
                 params[name] = value.spec()
             elif callable(value):
-                params[name] = f"{value.__module__}.{getattr(value, '__qualname__', repr(value))}"
+                params[name] = (
+                    f"{value.__module__}.{getattr(value, '__qualname__', repr(value))}"
+                )
             elif isinstance(value, (np.ndarray, list, tuple)):
                 params[name] = np.asarray(value).tolist()
             else:
@@ -250,13 +273,17 @@ class Kernel(ParamsMixin, abc.ABC):
         if not (isinstance(spec, dict) and set(spec) == {"class", "params"}):
             raise ValueError(
                 "a kernel spec is {'class': NAME, 'params': {...}}, as Kernel.spec() "
-                f"returns; got {spec!r}.")
+                f"returns; got {spec!r}."
+            )
         registry = _kernel_registry()
         if spec["class"] not in registry:
-            raise ValueError(f"unknown kernel {spec['class']!r}; kernels are "
-                             f"{sorted(registry)}.")
-        params = {name: cls.from_spec(value) if isinstance(value, dict) else value
-                  for name, value in spec["params"].items()}
+            raise ValueError(
+                f"unknown kernel {spec['class']!r}; kernels are {sorted(registry)}."
+            )
+        params = {
+            name: cls.from_spec(value) if isinstance(value, dict) else value
+            for name, value in spec["params"].items()
+        }
         return registry[spec["class"]](**params)
 
 
@@ -279,6 +306,7 @@ def _check_same_domain(k1, k2, op):
     be evaluated on the same samples. The constant kernel ignores its inputs and
     goes with either."""
     from kernelref.kernels.compose import Constant
+
     if isinstance(k1, Constant) or isinstance(k2, Constant):
         return
     if isinstance(k2, Kernel) and k1.takes_objects != k2.takes_objects:
@@ -286,7 +314,8 @@ def _check_same_domain(k1, k2, op):
         raise TypeError(
             f"cannot form {type(k1).__name__} {op} {type(k2).__name__}: the first takes "
             f"{on[k1.takes_objects]}, the second {on[k2.takes_objects]}. Combine kernels "
-            "on the same kind of sample.")
+            "on the same kind of sample."
+        )
 
 
 def _params_equal(a, b):
@@ -314,7 +343,9 @@ def as_2d(X, name="X"):
     if A.ndim == 1:
         A = A[:, None]
     if A.ndim != 2:
-        raise ValueError(f"{name} must be 2-D (n_samples, n_features); got shape {A.shape}.")
+        raise ValueError(
+            f"{name} must be 2-D (n_samples, n_features); got shape {A.shape}."
+        )
     return A
 
 

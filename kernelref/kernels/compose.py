@@ -106,8 +106,12 @@ class Product(Kernel):
     def gradient_dot(self, X, W, K=None):
         # chain rule: Σ W ∘ (∂K1 ∘ K2) = Σ (W ∘ K2) ∘ ∂K1
         K1, K2 = self.k1(X), self.k2(X)
-        return np.concatenate([self.k1.gradient_dot(X, W * K2, K=K1),
-                               self.k2.gradient_dot(X, W * K1, K=K2)])
+        return np.concatenate(
+            [
+                self.k1.gradient_dot(X, W * K2, K=K1),
+                self.k2.gradient_dot(X, W * K1, K=K2),
+            ]
+        )
 
 
 class Scaled(Kernel):
@@ -230,7 +234,8 @@ class PolynomialOf(Kernel):
         if c.size == 0 or (c < 0).any() or not np.isfinite(c).all():
             raise ValueError(
                 f"coef must be finite non-negative polynomial coefficients; got {self.coef!r}. "
-                "A negative coefficient can make the result indefinite.")
+                "A negative coefficient can make the result indefinite."
+            )
         return c
 
     def _q(self, K, derivative=False):
@@ -238,7 +243,7 @@ class PolynomialOf(Kernel):
         if derivative:
             c = c[1:] * np.arange(1, len(c))
         out = np.zeros_like(K)
-        for ci in c[::-1]:       # Horner
+        for ci in c[::-1]:  # Horner
             out *= K
             out += ci
         return out

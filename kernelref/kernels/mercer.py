@@ -25,7 +25,9 @@ class MercerReport:
 
     @property
     def is_psd(self):
-        return self.asymmetry <= self.tolerance and self.min_eigenvalue >= -self.tolerance
+        return (
+            self.asymmetry <= self.tolerance and self.min_eigenvalue >= -self.tolerance
+        )
 
     @property
     def verdict(self):
@@ -33,8 +35,10 @@ class MercerReport:
             return f"not symmetric (max |K - Kᵀ| = {self.asymmetry:.3g})"
         if self.is_psd:
             return "positive semi-definite on this sample"
-        return (f"not positive semi-definite: {self.n_negative} eigenvalue(s) below "
-                f"-{self.tolerance:.3g}, the smallest {self.min_eigenvalue:.6g}")
+        return (
+            f"not positive semi-definite: {self.n_negative} eigenvalue(s) below "
+            f"-{self.tolerance:.3g}, the smallest {self.min_eigenvalue:.6g}"
+        )
 
 
 def mercer_check(kernel, X, rtol=None):

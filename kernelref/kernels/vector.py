@@ -85,8 +85,14 @@ class Polynomial(Kernel):
 
     accepts_sparse = True
 
-    def __init__(self, degree=3, gamma=1.0, coef0=1.0,
-                 gamma_bounds=DEFAULT_BOUNDS, coef0_bounds=DEFAULT_BOUNDS):
+    def __init__(
+        self,
+        degree=3,
+        gamma=1.0,
+        coef0=1.0,
+        gamma_bounds=DEFAULT_BOUNDS,
+        coef0_bounds=DEFAULT_BOUNDS,
+    ):
         self.degree = degree
         self.gamma = gamma
         self.coef0 = coef0
@@ -101,7 +107,7 @@ class Polynomial(Kernel):
         K = _inner(X, Y)
         K *= self.gamma
         K += self.coef0
-        return K ** self.degree
+        return K**self.degree
 
     def diag(self, X):
         return (self.gamma * _row_norms_sq(X) + self.coef0) ** self.degree
@@ -238,7 +244,9 @@ class ARD(Kernel):
 
     def log_kernel(self, X, Y=None):
         """log k(x, x′) = −Σ_d γ_d (x_d − x′_d)²."""
-        return -squared_distances(self._scaled(X), None if Y is None else self._scaled(Y))
+        return -squared_distances(
+            self._scaled(X), None if Y is None else self._scaled(Y)
+        )
 
     def __call__(self, X, Y=None):
         return np.exp(self.log_kernel(X, Y))
@@ -255,7 +263,7 @@ class ARD(Kernel):
             yield self.log_kernel(X) * K
             return
         for d, gamma_d in enumerate(np.asarray(self.gamma, dtype=float)):
-            yield -gamma_d * squared_distances(X[:, d:d + 1]) * K
+            yield -gamma_d * squared_distances(X[:, d : d + 1]) * K
 
     def gradient_dot(self, X, W, K=None):
         """Σ_ab W_ab ∂K_ab/∂log γ_d for all d in O(n²) memory (label ``kernel-ard-grad``).
@@ -267,8 +275,12 @@ class ARD(Kernel):
             return np.empty(0)
         X = as_2d(X)
         M = W * (self(X) if K is None else K)
-        X2 = X ** 2
-        quad = X2.T @ M.sum(axis=1) + X2.T @ M.sum(axis=0) - 2.0 * np.einsum("ad,ad->d", M @ X, X)
+        X2 = X**2
+        quad = (
+            X2.T @ M.sum(axis=1)
+            + X2.T @ M.sum(axis=0)
+            - 2.0 * np.einsum("ad,ad->d", M @ X, X)
+        )
         gamma = np.broadcast_to(np.asarray(self.gamma, dtype=float), (X.shape[1],))
         if np.ndim(self.gamma):
             return -gamma * quad
@@ -283,12 +295,27 @@ class ExponentialQuadratic(Kernel):
     θ₂ and θ₃ may be zero; a zero parameter is held fixed.
     """
 
-    param_constraints = dict.fromkeys(("theta0", "theta1", "theta2", "theta3"), "nonnegative")
+    param_constraints = dict.fromkeys(
+        ("theta0", "theta1", "theta2", "theta3"), "nonnegative"
+    )
 
-    def __init__(self, theta0=1.0, theta1=1.0, theta2=0.0, theta3=0.0,
-                 theta0_bounds=DEFAULT_BOUNDS, theta1_bounds=DEFAULT_BOUNDS,
-                 theta2_bounds=DEFAULT_BOUNDS, theta3_bounds=DEFAULT_BOUNDS):
-        self.theta0, self.theta1, self.theta2, self.theta3 = theta0, theta1, theta2, theta3
+    def __init__(
+        self,
+        theta0=1.0,
+        theta1=1.0,
+        theta2=0.0,
+        theta3=0.0,
+        theta0_bounds=DEFAULT_BOUNDS,
+        theta1_bounds=DEFAULT_BOUNDS,
+        theta2_bounds=DEFAULT_BOUNDS,
+        theta3_bounds=DEFAULT_BOUNDS,
+    ):
+        self.theta0, self.theta1, self.theta2, self.theta3 = (
+            theta0,
+            theta1,
+            theta2,
+            theta3,
+        )
         self.theta0_bounds, self.theta1_bounds = theta0_bounds, theta1_bounds
         self.theta2_bounds, self.theta3_bounds = theta2_bounds, theta3_bounds
 

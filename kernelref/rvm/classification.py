@@ -29,22 +29,53 @@ from collections import namedtuple
 import numpy as np
 
 from kernelref._validation import (
-    check_classification_targets, check_is_fitted, check_n_features,
-    check_samples, check_training_samples, record_n_features)
+    check_classification_targets,
+    check_is_fitted,
+    check_n_features,
+    check_samples,
+    check_training_samples,
+    record_n_features,
+)
 from kernelref.base import BaseEstimator, ClassifierMixin
 from kernelref.exceptions import ConvergenceWarning
 from kernelref.gp_classify import probit_log_probability, probit_probability
 from kernelref.kernels import make_kernel
 from kernelref.laplace import damped_newton, likelihood_curvature, log_likelihood
-from kernelref.rvm.design import check_evidence_settings, column_scales, design_matrix, posterior
+from kernelref.rvm.design import (
+    check_evidence_settings,
+    column_scales,
+    design_matrix,
+    posterior,
+)
 from kernelref.rvm.fast import ALIGNMENT_MAX, fast_marginal_likelihood
-from kernelref.rvm.reestimate import GAMMA_MIN, gamma_factors, initial_alpha, reestimate_alpha
+from kernelref.rvm.reestimate import (
+    GAMMA_MIN,
+    gamma_factors,
+    initial_alpha,
+    reestimate_alpha,
+)
 from kernelref.rvm.regression import ALPHA_MAX
-from kernelref.rvm.softmax import Softmax, expanded_design, latent_moments, moderated_softmax, one_hot
+from kernelref.rvm.softmax import (
+    Softmax,
+    expanded_design,
+    latent_moments,
+    moderated_softmax,
+    one_hot,
+)
 
-__all__ = ["BERNOULLI", "Bernoulli", "ClassifierFit", "Laplace", "MAX_NEWTON_ITER", "RVC",
-           "STALL_PATIENCE", "fast_classifier", "laplace_posterior", "laplace_log_evidence",
-           "reestimate_classifier"]
+__all__ = [
+    "BERNOULLI",
+    "Bernoulli",
+    "ClassifierFit",
+    "Laplace",
+    "MAX_NEWTON_ITER",
+    "RVC",
+    "STALL_PATIENCE",
+    "fast_classifier",
+    "laplace_posterior",
+    "laplace_log_evidence",
+    "reestimate_classifier",
+]
 
 #: The fast classifier stops, unconverged, after this many Gaussian approximations
 #: in a row without a new highest evidence: the model is cycling (`fast_classifier`).
@@ -62,7 +93,8 @@ Laplace = namedtuple("Laplace", "mu Sigma L log_evidence n_iter")
 #: ``alpha`` and the Laplace fields belong to them; ``evidence`` is the Laplace
 #: log evidence after each iteration.
 ClassifierFit = namedtuple(
-    "ClassifierFit", "keep alpha mu Sigma log_evidence evidence n_iter converged")
+    "ClassifierFit", "keep alpha mu Sigma log_evidence evidence n_iter converged"
+)
 
 
 class Bernoulli:
@@ -94,8 +126,9 @@ def laplace_log_evidence(Psi, alpha, L):
     return Psi + 0.5 * np.sum(np.log(alpha)) - np.sum(np.log(np.diag(L)))
 
 
-def laplace_posterior(Phi, t, alpha, w0=None, likelihood=BERNOULLI, *,
-                      max_iter=MAX_NEWTON_ITER):
+def laplace_posterior(
+    Phi, t, alpha, w0=None, likelihood=BERNOULLI, *, max_iter=MAX_NEWTON_ITER
+):
     """The mode w*, Σ and the Laplace log evidence for the columns in `Phi`.
 
     Implements (rvc-irls) by ``kernelref.laplace.damped_newton`` from `w0`
@@ -103,7 +136,8 @@ def laplace_posterior(Phi, t, alpha, w0=None, likelihood=BERNOULLI, *,
     either way), then (rvc-sigma) and (rvc-laplace-evidence). Each Newton
     iterate ΣΦᵀBt̂ is ``design.posterior``'s mean for the whitened problem.
     """
-    def objective(w):                                               # (rvc-log-posterior)
+
+    def objective(w):  # (rvc-log-posterior)
         return likelihood.log_likelihood(Phi @ w, t) - 0.5 * w @ (alpha * w)
 
     def newton_step(w):
@@ -112,12 +146,25 @@ def laplace_posterior(Phi, t, alpha, w0=None, likelihood=BERNOULLI, *,
     w0 = np.zeros(Phi.shape[1]) if w0 is None else w0
     result = damped_newton(objective, newton_step, w0, max_iter=max_iter)
     post = posterior(*likelihood.whiten(Phi, Phi @ result.x, t), alpha, 1.0)
-    return Laplace(result.x, post.Sigma, post.L,
-                   laplace_log_evidence(result.value, alpha, post.L), result.n_iter)
+    return Laplace(
+        result.x,
+        post.Sigma,
+        post.L,
+        laplace_log_evidence(result.value, alpha, post.L),
+        result.n_iter,
+    )
 
 
-def reestimate_classifier(Phi, t, alpha, likelihood=BERNOULLI, *, max_iter=10000, tol=1e-3,
-                          alpha_max=ALPHA_MAX):
+def reestimate_classifier(
+    Phi,
+    t,
+    alpha,
+    likelihood=BERNOULLI,
+    *,
+    max_iter=10000,
+    tol=1e-3,
+    alpha_max=ALPHA_MAX,
+):
     """Tipping's loop: the mode for the current α, then α_i ← γ_i/μ_i² on the
     Gaussian approximation there, pruning as ``kernelref.rvm.reestimate`` does.
 
@@ -142,19 +189,35 @@ def reestimate_classifier(Phi, t, alpha, likelihood=BERNOULLI, *, max_iter=10000
         if not stay.any():
             raise RuntimeError(
                 "every basis function was pruned: the evidence prefers a model that "
-                "ignores the inputs. Check the kernel width (gamma).")
+                "ignores the inputs. Check the kernel width (gamma)."
+            )
         change = np.max(np.abs(np.log(new_alpha[stay] / alpha[stay])))
         alpha, keep, w = new_alpha[stay], keep[stay], mode.mu[stay]
         if stay.all() and change < tol:
             converged = True
             break
     mode = laplace_posterior(Phi[:, keep], t, alpha, w, likelihood)
-    return ClassifierFit(keep, alpha, mode.mu, mode.Sigma, mode.log_evidence,
-                         np.array(evidence + [mode.log_evidence]), n_iter, converged)
+    return ClassifierFit(
+        keep,
+        alpha,
+        mode.mu,
+        mode.Sigma,
+        mode.log_evidence,
+        np.array(evidence + [mode.log_evidence]),
+        n_iter,
+        converged,
+    )
 
 
-def fast_classifier(Phi, t, likelihood=BERNOULLI, *, max_iter=1000, tol=1e-3,
-                    alignment_max=ALIGNMENT_MAX):
+def fast_classifier(
+    Phi,
+    t,
+    likelihood=BERNOULLI,
+    *,
+    max_iter=1000,
+    tol=1e-3,
+    alignment_max=ALIGNMENT_MAX,
+):
     """Tipping & Faul's fast algorithm on the Gaussian approximation (their §4).
 
     Each iteration whitens the approximation at the current mode (label
@@ -180,20 +243,40 @@ def fast_classifier(Phi, t, likelihood=BERNOULLI, *, max_iter=1000, tol=1e-3,
     best, since_best = None, 0
     for n_iter in range(1, max_iter + 1):
         Phi_tilde, t_tilde = likelihood.whiten(Phi, Phi @ w, t)
-        step = fast_marginal_likelihood(Phi_tilde, t_tilde, beta=1.0, update_beta=False,
-                                        alpha=alpha, tol=tol, alignment_max=alignment_max)
-        mode = laplace_posterior(Phi[:, step.active], t, step.alpha, step.mu, likelihood)
+        step = fast_marginal_likelihood(
+            Phi_tilde,
+            t_tilde,
+            beta=1.0,
+            update_beta=False,
+            alpha=alpha,
+            tol=tol,
+            alignment_max=alignment_max,
+        )
+        mode = laplace_posterior(
+            Phi[:, step.active], t, step.alpha, step.mu, likelihood
+        )
         evidence.append(mode.log_evidence)
         new_alpha = np.full(P, np.inf)
         new_alpha[step.active] = step.alpha
         w = np.zeros(P)
         w[step.active] = mode.mu
-        settled = (alpha is not None
-                   and np.array_equal(np.isfinite(alpha), np.isfinite(new_alpha))
-                   and np.max(np.abs(np.log(new_alpha[step.active] / alpha[step.active]))) < tol)
+        settled = (
+            alpha is not None
+            and np.array_equal(np.isfinite(alpha), np.isfinite(new_alpha))
+            and np.max(np.abs(np.log(new_alpha[step.active] / alpha[step.active])))
+            < tol
+        )
         alpha = new_alpha
-        fit = ClassifierFit(step.active, step.alpha, mode.mu, mode.Sigma, mode.log_evidence,
-                            None, n_iter, settled)
+        fit = ClassifierFit(
+            step.active,
+            step.alpha,
+            mode.mu,
+            mode.Sigma,
+            mode.log_evidence,
+            None,
+            n_iter,
+            settled,
+        )
         if settled:
             return fit._replace(evidence=np.array(evidence))
         if best is None or fit.log_evidence > best.log_evidence:
@@ -267,9 +350,20 @@ class RVC(ClassifierMixin, BaseEstimator):
         The Laplace log evidence after each iteration.
     """
 
-    def __init__(self, kernel="rbf", gamma=None, degree=3, coef0=1, bias=True,
-                 method="fast", multi_class="softmax", max_iter=10000, tol=1e-3,
-                 alpha_max=ALPHA_MAX, alignment_max=ALIGNMENT_MAX):
+    def __init__(
+        self,
+        kernel="rbf",
+        gamma=None,
+        degree=3,
+        coef0=1,
+        bias=True,
+        method="fast",
+        multi_class="softmax",
+        max_iter=10000,
+        tol=1e-3,
+        alpha_max=ALPHA_MAX,
+        alignment_max=ALIGNMENT_MAX,
+    ):
         self.kernel = kernel
         self.gamma = gamma
         self.degree = degree
@@ -286,7 +380,9 @@ class RVC(ClassifierMixin, BaseEstimator):
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}; got {self.method!r}.")
         if self.multi_class not in MULTI_CLASS:
-            raise ValueError(f"multi_class must be one of {MULTI_CLASS}; got {self.multi_class!r}.")
+            raise ValueError(
+                f"multi_class must be one of {MULTI_CLASS}; got {self.multi_class!r}."
+            )
         check_evidence_settings(self)
         X = check_training_samples(X, self.kernel)
         classes, y_index = check_classification_targets(y, X.shape[0], "y")
@@ -300,9 +396,9 @@ class RVC(ClassifierMixin, BaseEstimator):
         Phi = design_matrix(kernel, X, X, self.bias)
         offset = int(bool(self.bias))
         scales = np.concatenate([np.ones(offset), column_scales(Phi[:, offset:])])
-        usable = np.flatnonzero(scales > 0)       # zero columns carry no information
+        usable = np.flatnonzero(scales > 0)  # zero columns carry no information
         for name in [name for name in vars(self) if name.endswith("_")]:
-            delattr(self, name)                   # nothing stale from an earlier fit
+            delattr(self, name)  # nothing stale from an earlier fit
         self.classes_, self.kernel_ = classes, kernel
         record_n_features(self, X)
         self._X = X
@@ -318,32 +414,59 @@ class RVC(ClassifierMixin, BaseEstimator):
                 binary._X = X
                 binary._fit_binary(Phi, usable, (y_index == k).astype(float))
                 self.estimators_.append(binary)
-            for name in ("alpha_", "mu_", "Sigma_", "log_evidence_", "n_iter_", "converged_",
-                         "evidence_"):
+            for name in (
+                "alpha_",
+                "mu_",
+                "Sigma_",
+                "log_evidence_",
+                "n_iter_",
+                "converged_",
+                "evidence_",
+            ):
                 setattr(self, name, [getattr(e, name) for e in self.estimators_])
-            self.relevance_ = np.unique(np.concatenate([e.relevance_ for e in self.estimators_]))
+            self.relevance_ = np.unique(
+                np.concatenate([e.relevance_ for e in self.estimators_])
+            )
             self.bias_used_ = any(e.bias_used_ for e in self.estimators_)
             self.converged_ = all(self.converged_)
             self.relevance_vectors_ = X[self.relevance_]
         else:
             self._fit_softmax(Phi, usable, y_index, K)
         if not self.converged_:
-            reason = (f"after max_iter={self.max_iter} iterations" if self.method != "fast" else
-                      "with the model cycling between Gaussian approximations, or after "
-                      f"max_iter={self.max_iter}; the fit with the highest evidence is kept")
+            reason = (
+                f"after max_iter={self.max_iter} iterations"
+                if self.method != "fast"
+                else "with the model cycling between Gaussian approximations, or after "
+                f"max_iter={self.max_iter}; the fit with the highest evidence is kept"
+            )
             warnings.warn(
                 f"RVC(method={self.method!r}) stopped before converging, {reason}. Raise "
-                "max_iter or tol, or try method='reestimate'.", ConvergenceWarning, stacklevel=2)
+                "max_iter or tol, or try method='reestimate'.",
+                ConvergenceWarning,
+                stacklevel=2,
+            )
         return self
 
     def _run(self, Phi, t, likelihood):
         if self.method == "fast":
-            result = fast_classifier(Phi, t, likelihood, max_iter=self.max_iter, tol=self.tol,
-                                     alignment_max=self.alignment_max)
+            result = fast_classifier(
+                Phi,
+                t,
+                likelihood,
+                max_iter=self.max_iter,
+                tol=self.tol,
+                alignment_max=self.alignment_max,
+            )
         else:
-            result = reestimate_classifier(Phi, t, initial_alpha(len(self._X)), likelihood,
-                                           max_iter=self.max_iter, tol=self.tol,
-                                           alpha_max=self.alpha_max)
+            result = reestimate_classifier(
+                Phi,
+                t,
+                initial_alpha(len(self._X)),
+                likelihood,
+                max_iter=self.max_iter,
+                tol=self.tol,
+                alpha_max=self.alpha_max,
+            )
         self.log_evidence_, self.evidence_ = float(result.log_evidence), result.evidence
         self.n_iter_, self.converged_ = result.n_iter, result.converged
         return result
@@ -361,8 +484,12 @@ class RVC(ClassifierMixin, BaseEstimator):
         self.alpha_, self.mu_, self.Sigma_ = result.alpha, result.mu, result.Sigma
 
     def _fit_softmax(self, Phi, usable, y_index, K):
-        result = self._run(expanded_design(Phi[:, usable], K), one_hot(y_index, K), Softmax(K))
-        basis = np.unique(result.keep // K)       # weight m·K + k belongs to basis function m
+        result = self._run(
+            expanded_design(Phi[:, usable], K), one_hot(y_index, K), Softmax(K)
+        )
+        basis = np.unique(
+            result.keep // K
+        )  # weight m·K + k belongs to basis function m
         self._keep_basis(usable[basis])
         row = np.searchsorted(basis, result.keep // K)
         self.kept_weights_ = np.zeros((len(basis), K), dtype=bool)
@@ -382,8 +509,11 @@ class RVC(ClassifierMixin, BaseEstimator):
             if X.shape[1] != self.n_features_in_:
                 raise ValueError(
                     f"with kernel='precomputed', X must be K(X_test, X_train) with "
-                    f"{self.n_features_in_} columns; got {X.shape[1]}.")
-            return design_matrix(self.kernel_, X[:, self.relevance_], None, self.bias_used_)
+                    f"{self.n_features_in_} columns; got {X.shape[1]}."
+                )
+            return design_matrix(
+                self.kernel_, X[:, self.relevance_], None, self.bias_used_
+            )
         if X.ndim == 2:
             check_n_features(X, self.n_features_in_)
         return design_matrix(self.kernel_, X, self.relevance_vectors_, self.bias_used_)
@@ -414,8 +544,9 @@ class RVC(ClassifierMixin, BaseEstimator):
         if self.multi_class == "ovr":
             P = np.column_stack([e.predict_proba(X)[:, 1] for e in self.estimators_])
             return P / P.sum(axis=1, keepdims=True)
-        return moderated_softmax(*latent_moments(self._basis(X), self.mu_, self.Sigma_,
-                                                 self.kept_weights_))
+        return moderated_softmax(
+            *latent_moments(self._basis(X), self.mu_, self.Sigma_, self.kept_weights_)
+        )
 
     def predict_log_proba(self, X):
         """log of ``predict_proba``. Binary: log σ(±κμ_a) directly
@@ -425,8 +556,12 @@ class RVC(ClassifierMixin, BaseEstimator):
             phi = self._basis(X)
             variance = np.einsum("nm,mk,nk->n", phi, self.Sigma_, phi)
             mean = phi @ self.mu_
-            return np.column_stack([probit_log_probability(-mean, variance),
-                                    probit_log_probability(mean, variance)])
+            return np.column_stack(
+                [
+                    probit_log_probability(-mean, variance),
+                    probit_log_probability(mean, variance),
+                ]
+            )
         return np.log(np.maximum(self.predict_proba(X), np.finfo(float).tiny))
 
     def predict(self, X):

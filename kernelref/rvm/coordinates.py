@@ -24,11 +24,23 @@ from scipy.linalg import cholesky, solve_triangular
 
 from kernelref.rvm.design import posterior
 
-__all__ = ["add_coordinate", "add_in_span_step", "add_step", "coordinate_posterior",
-           "delete_step", "drop_coordinate",
-           "fresh_statistics", "inverse_H", "measured_drift", "orthonormal_coordinates",
-           "rank_one_SQ", "reestimate_step", "span_residual", "split_log_evidence",
-           "stable_SQ"]
+__all__ = [
+    "add_coordinate",
+    "add_in_span_step",
+    "add_step",
+    "coordinate_posterior",
+    "delete_step",
+    "drop_coordinate",
+    "fresh_statistics",
+    "inverse_H",
+    "measured_drift",
+    "orthonormal_coordinates",
+    "rank_one_SQ",
+    "reestimate_step",
+    "span_residual",
+    "split_log_evidence",
+    "stable_SQ",
+]
 
 
 def orthonormal_coordinates(Phi, active):
@@ -68,7 +80,7 @@ def stable_SQ(Psi, active, alpha, beta, residual, PhiT_t, tau):
     ``residual`` holds ‖φ_i‖² − ‖ψ_i‖² (`span_residual`). H's eigenvalues are
     at least 1, so ψ_iᵀH⁻¹ψ_i ≤ ‖ψ_i‖² and no term is a difference of large numbers.
     """
-    G = Psi[:, active] * np.sqrt(beta / alpha)          # √β R A^(−½)
+    G = Psi[:, active] * np.sqrt(beta / alpha)  # √β R A^(−½)
     H = G @ G.T
     H.flat[:: len(active) + 1] += 1.0
     L = cholesky(H, lower=True, check_finite=False)
@@ -77,7 +89,7 @@ def stable_SQ(Psi, active, alpha, beta, residual, PhiT_t, tau):
     outside = residual.copy()
     outside[active] = 0.0
     S = beta * (outside + np.einsum("mp,mp->p", Z, Z))
-    outside_t = PhiT_t - Psi.T @ tau                    # φ_iᵀ(I − UUᵀ)t
+    outside_t = PhiT_t - Psi.T @ tau  # φ_iᵀ(I − UUᵀ)t
     outside_t[active] = 0.0
     Q = beta * (outside_t + Z.T @ z)
     return S, Q

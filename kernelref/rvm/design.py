@@ -20,8 +20,16 @@ from scipy.linalg import LinAlgError, cho_factor, cho_solve, solve_triangular
 
 from kernelref._validation import check_integer, check_positive, evaluate_kernel
 
-__all__ = ["NOISE_FRACTION_INIT", "Posterior", "check_evidence_settings", "column_scales",
-           "design_matrix", "initial_beta", "log_evidence", "posterior"]
+__all__ = [
+    "NOISE_FRACTION_INIT",
+    "Posterior",
+    "check_evidence_settings",
+    "column_scales",
+    "design_matrix",
+    "initial_beta",
+    "log_evidence",
+    "posterior",
+]
 
 #: The noise standard deviation starts at this fraction of the targets' (SparseBayes's
 #: GAUSSIAN_SNR_INIT): a guess that the signal dominates, corrected by the first
@@ -37,15 +45,24 @@ def check_evidence_settings(estimator):
     """Check the settings every RVM estimator shares: the iteration cap, the
     convergence tolerance, the pruning bound on α and the alignment test's cosine."""
     check_integer(estimator.max_iter, "max_iter")
-    check_positive(estimator.tol, "tol", meaning="It bounds the change of log α at convergence.")
-    check_positive(estimator.alpha_max, "alpha_max",
-                   meaning="It is the α above which a basis function is pruned; 1e12 is usual.")
+    check_positive(
+        estimator.tol, "tol", meaning="It bounds the change of log α at convergence."
+    )
+    check_positive(
+        estimator.alpha_max,
+        "alpha_max",
+        meaning="It is the α above which a basis function is pruned; 1e12 is usual.",
+    )
     alignment_max = estimator.alignment_max
-    if isinstance(alignment_max, bool) or not isinstance(alignment_max, numbers.Real) \
-            or not 0 < alignment_max <= 1:
+    if (
+        isinstance(alignment_max, bool)
+        or not isinstance(alignment_max, numbers.Real)
+        or not 0 < alignment_max <= 1
+    ):
         raise ValueError(
             f"alignment_max must be a cosine in (0, 1]; got {estimator.alignment_max!r}. "
-            "Use 1 - 1e-3 (SparseBayes's default) or 1.0 to turn the test off.")
+            "Use 1 - 1e-3 (SparseBayes's default) or 1.0 to turn the test off."
+        )
 
 
 def design_matrix(kernel, X, X_basis, bias):
@@ -78,7 +95,8 @@ def column_scales(Phi):
         raise ValueError(
             "the kernel is zero on all pairs of training points, so the design matrix Φ "
             "has no nonzero kernel column and no basis function can explain the targets; "
-            "choose another kernel or kernel parameter (e.g. a smaller gamma for 'rbf').")
+            "choose another kernel or kernel parameter (e.g. a smaller gamma for 'rbf')."
+        )
     return scales
 
 
@@ -97,7 +115,8 @@ def posterior(Phi, t, alpha, beta):
             "the posterior precision A + βΦᵀΦ is not numerically positive definite; "
             "the basis functions in the model are (nearly) linearly dependent at these "
             "α. Use a narrower kernel or method='fast', which refuses aligned basis "
-            "functions.") from None
+            "functions."
+        ) from None
     L = np.tril(L)
     mu = cho_solve((L, True), beta * (Phi.T @ t), check_finite=False)
     L_inv = solve_triangular(L, np.eye(len(alpha)), lower=True, check_finite=False)
@@ -117,5 +136,11 @@ def log_evidence(Phi, t, alpha, beta, mu, L):
     N = len(t)
     residual = t - Phi @ mu
     log_det_precision = 2.0 * np.sum(np.log(np.diag(L)))
-    return -0.5 * (N * np.log(2 * np.pi) - N * np.log(beta) - np.sum(np.log(alpha))
-                   + log_det_precision + beta * residual @ residual + mu @ (alpha * mu))
+    return -0.5 * (
+        N * np.log(2 * np.pi)
+        - N * np.log(beta)
+        - np.sum(np.log(alpha))
+        + log_det_precision
+        + beta * residual @ residual
+        + mu @ (alpha * mu)
+    )

@@ -32,23 +32,60 @@ from collections import namedtuple
 import numpy as np
 
 from kernelref.rvm.coordinates import (
-    add_coordinate, add_in_span_step, add_step, coordinate_posterior, delete_step,
-    drop_coordinate, fresh_statistics,
-    measured_drift, orthonormal_coordinates, rank_one_SQ, reestimate_step, span_residual,
-    split_log_evidence)
+    add_coordinate,
+    add_in_span_step,
+    add_step,
+    coordinate_posterior,
+    delete_step,
+    drop_coordinate,
+    fresh_statistics,
+    measured_drift,
+    orthonormal_coordinates,
+    rank_one_SQ,
+    reestimate_step,
+    span_residual,
+    split_log_evidence,
+)
 from kernelref.rvm.design import initial_beta
 from kernelref.rvm.reestimate import gamma_factors
 
 __all__ = [
-    "ALIGNMENT_MAX", "BETA_MAX_FACTOR", "BETA_SCHEDULES", "HOLD_TOL", "STALL_SIZE", "BETA_UPDATE_FREQUENCY",
-    "BETA_UPDATE_START", "DRIFT_MAX", "FastModel", "FastResult", "INIT_ALPHA_MAX",
-    "MIN_DELTA_LOG_BETA", "REFRESH_INTERVAL", "REFRESH_INTERVAL_MAX", "SPAN_RESIDUAL_MIN", "ZERO_FACTOR", "add_basis_function",
-    "check_beta_schedule", "choose_action", "delete_basis_function", "ell",
-    "fast_marginal_likelihood", "fast_on_unit_columns", "fast_regression",
-    "held_then_released", "initial_model", "stalled", "beta_interval",
+    "ALIGNMENT_MAX",
+    "BETA_MAX_FACTOR",
+    "BETA_SCHEDULES",
+    "HOLD_TOL",
+    "STALL_SIZE",
+    "BETA_UPDATE_FREQUENCY",
+    "BETA_UPDATE_START",
+    "DRIFT_MAX",
+    "FastModel",
+    "FastResult",
+    "INIT_ALPHA_MAX",
+    "MIN_DELTA_LOG_BETA",
+    "REFRESH_INTERVAL",
+    "REFRESH_INTERVAL_MAX",
+    "SPAN_RESIDUAL_MIN",
+    "ZERO_FACTOR",
+    "add_basis_function",
+    "check_beta_schedule",
+    "choose_action",
+    "delete_basis_function",
+    "ell",
+    "fast_marginal_likelihood",
+    "fast_on_unit_columns",
+    "fast_regression",
+    "held_then_released",
+    "initial_model",
+    "stalled",
+    "beta_interval",
     "noise_update",
-    "on_user_scale", "optimal_alpha", "reestimate_basis_function", "refresh",
-    "sparsity_quality", "unit_columns"]
+    "on_user_scale",
+    "optimal_alpha",
+    "reestimate_basis_function",
+    "refresh",
+    "sparsity_quality",
+    "unit_columns",
+]
 
 # Defaults of SparseBayes 2.0 (SB2_ControlSettings, SB2_Initialisation).
 #: q_i² − s_i at or below this counts as zero: the basis function is out.
@@ -106,7 +143,8 @@ STALL_SIZE = 4
 FastResult = namedtuple(
     "FastResult",
     "active alpha beta mu Sigma gamma log_evidence evidence actions n_iter converged "
-    "n_fresh drift")
+    "n_fresh drift",
+)
 
 
 def sparsity_quality(S, Q, alpha):
@@ -138,7 +176,9 @@ def optimal_alpha(s, q):
     """The maximiser of ℓ: s²/(q² − s) if q² > s, else ∞ (label ``rvm-fast-alpha``)."""
     theta = q**2 - s
     with np.errstate(divide="ignore"):
-        return np.where(theta > ZERO_FACTOR, s**2 / np.where(theta > 0, theta, 1.0), np.inf)
+        return np.where(
+            theta > ZERO_FACTOR, s**2 / np.where(theta > 0, theta, 1.0), np.inf
+        )
 
 
 def _choose_action(alpha, s, q, refused, n_active):
@@ -156,8 +196,9 @@ def _choose_action(alpha, s, q, refused, n_active):
         new_alpha[last] = alpha[last]
     gain = np.zeros_like(s)
     moves = np.flatnonzero(np.isfinite(alpha) | np.isfinite(new_alpha))
-    gain[moves] = (ell(new_alpha[moves], s[moves], q[moves])
-                   - ell(alpha[moves], s[moves], q[moves]))
+    gain[moves] = ell(new_alpha[moves], s[moves], q[moves]) - ell(
+        alpha[moves], s[moves], q[moves]
+    )
     return new_alpha, gain
 
 
@@ -172,8 +213,9 @@ def on_user_scale(result, scales):
     """A result on unit columns φ/c mapped back to the columns φ (label
     ``rvm-alpha-scale``): α = α̃c², μ = μ̃/c, Σ_ij = Σ̃_ij/(c_ic_j)."""
     c = scales[result.active]
-    return result._replace(alpha=result.alpha * c**2, mu=result.mu / c,
-                           Sigma=result.Sigma / np.outer(c, c))
+    return result._replace(
+        alpha=result.alpha * c**2, mu=result.mu / c, Sigma=result.Sigma / np.outer(c, c)
+    )
 
 
 def fast_marginal_likelihood(Phi, t, *, alpha=None, **settings):
@@ -192,8 +234,18 @@ def fast_marginal_likelihood(Phi, t, *, alpha=None, **settings):
     return on_user_scale(result, scales)
 
 
-def fast_on_unit_columns(Phi, usable, t, *, max_iter=10000, tol=1e-3, update_beta=True,
-                         beta=None, alpha=None, alignment_max=ALIGNMENT_MAX):
+def fast_on_unit_columns(
+    Phi,
+    usable,
+    t,
+    *,
+    max_iter=10000,
+    tol=1e-3,
+    update_beta=True,
+    beta=None,
+    alpha=None,
+    alignment_max=ALIGNMENT_MAX,
+):
     """Tipping & Faul's sequential algorithm on columns of unit norm (or zero,
     where ``usable`` is false); α, μ and Σ are on the scale of these columns.
 
@@ -228,14 +280,15 @@ def fast_on_unit_columns(Phi, usable, t, *, max_iter=10000, tol=1e-3, update_bet
     if alpha is None:
         first = int(np.argmax(np.abs(PhiT_t)))
         active = [first]
-        s1, q1 = beta, beta * PhiT_t[first]             # S, Q of a unit column when C = β⁻¹I
+        s1, q1 = beta, beta * PhiT_t[first]  # S, Q of a unit column when C = β⁻¹I
         alpha = np.full(P, np.inf)
         alpha[first] = s1**2 / (q1**2 - s1) if q1**2 > s1 else INIT_ALPHA_MAX
     else:
         alpha = np.array(alpha, dtype=float)
         active = np.flatnonzero(np.isfinite(alpha))
-    model = refresh(initial_model(Phi, active, alpha, beta), Phi, usable, t, PhiT_t,
-                    alignment_max)
+    model = refresh(
+        initial_model(Phi, active, alpha, beta), Phi, usable, t, PhiT_t, alignment_max
+    )
     evidence, actions = [], []
     converged = False
     since_beta = 0
@@ -250,7 +303,9 @@ def fast_on_unit_columns(Phi, usable, t, *, max_iter=10000, tol=1e-3, update_bet
             model = delete_basis_function(model, j, alignment_max)
         elif not np.isfinite(model.alpha[j]):
             actions.append(("add", j))
-            model = add_basis_function(model, Phi, t, usable, j, new_alpha[j], alignment_max)
+            model = add_basis_function(
+                model, Phi, t, usable, j, new_alpha[j], alignment_max
+            )
         else:
             actions.append(("reestimate", j))
             model = reestimate_basis_function(model, j, new_alpha[j])
@@ -258,7 +313,9 @@ def fast_on_unit_columns(Phi, usable, t, *, max_iter=10000, tol=1e-3, update_bet
             model = model._replace(log_evidence=model.log_evidence + gain[j])
 
         since_beta += 1
-        beta_due = n_iter <= BETA_UPDATE_START or since_beta >= beta_interval(len(model.active))
+        beta_due = n_iter <= BETA_UPDATE_START or since_beta >= beta_interval(
+            len(model.active)
+        )
         beta_change = 0.0
         if update_beta and (beta_due or settled):
             new_beta = noise_update(model, N, beta_max)
@@ -266,19 +323,34 @@ def fast_on_unit_columns(Phi, usable, t, *, max_iter=10000, tol=1e-3, update_bet
             model, fresh, since_beta = model._replace(beta=new_beta), True, 0
         if fresh or model.since_fresh >= model.interval:
             # After a new β the maintained S, Q are stale, not drifted: no measurement.
-            model = refresh(model, Phi, usable, t, PhiT_t, alignment_max, measure=not fresh)
+            model = refresh(
+                model, Phi, usable, t, PhiT_t, alignment_max, measure=not fresh
+            )
         evidence.append(model.log_evidence)
         if settled and beta_change < MIN_DELTA_LOG_BETA:
             converged = True
             break
 
     active = model.active
-    post = coordinate_posterior(model.Psi[:, active], model.tau, model.perp,
-                                model.alpha[active], model.beta, N)
+    post = coordinate_posterior(
+        model.Psi[:, active], model.tau, model.perp, model.alpha[active], model.beta, N
+    )
     gamma = gamma_factors(model.alpha[active], np.diag(post.Sigma))
-    return FastResult(active, model.alpha[active], model.beta, post.mu, post.Sigma, gamma,
-                      post.log_evidence, np.array(evidence), actions, n_iter, converged,
-                      model.n_fresh, model.drift)
+    return FastResult(
+        active,
+        model.alpha[active],
+        model.beta,
+        post.mu,
+        post.Sigma,
+        gamma,
+        post.log_evidence,
+        np.array(evidence),
+        actions,
+        n_iter,
+        converged,
+        model.n_fresh,
+        model.drift,
+    )
 
 
 #: The state the sequential algorithm carries between iterations: the model
@@ -291,8 +363,10 @@ def fast_on_unit_columns(Phi, usable, t, *, max_iter=10000, tol=1e-3, update_bet
 #: largest drift measured so far, ``n_fresh``, the fresh factorisations so far, and
 #: ``dead``, the columns deleted since then, whose directions U still spans.
 FastModel = namedtuple(
-    "FastModel", "active alpha beta U Psi tau perp residual S Q G align log_evidence "
-    "since_fresh interval drift n_fresh dead")
+    "FastModel",
+    "active alpha beta U Psi tau perp residual S Q G align log_evidence "
+    "since_fresh interval drift n_fresh dead",
+)
 
 
 def initial_model(Phi, active, alpha, beta):
@@ -300,10 +374,26 @@ def initial_model(Phi, active, alpha, beta):
     outside): its orthonormal coordinates; `refresh` fills in the rest."""
     active = np.sort(np.asarray(active, dtype=int))
     U, Psi = orthonormal_coordinates(Phi, active)
-    return FastModel(active, alpha, beta, U, Psi, tau=None, perp=None, residual=None,
-                     S=None, Q=None, G=None, align=None, log_evidence=None, since_fresh=0,
-                     interval=REFRESH_INTERVAL, drift=0.0, n_fresh=0,
-                     dead=np.zeros(len(alpha), dtype=bool))
+    return FastModel(
+        active,
+        alpha,
+        beta,
+        U,
+        Psi,
+        tau=None,
+        perp=None,
+        residual=None,
+        S=None,
+        Q=None,
+        G=None,
+        align=None,
+        log_evidence=None,
+        since_fresh=0,
+        interval=REFRESH_INTERVAL,
+        drift=0.0,
+        n_fresh=0,
+        dead=np.zeros(len(alpha), dtype=bool),
+    )
 
 
 def beta_interval(m):
@@ -323,31 +413,51 @@ def refresh(model, Phi, usable, t, PhiT_t, alignment_max, measure=False):
     (`measured_drift`) and the refresh interval adapted to keep the drift below
     `DRIFT_MAX` (see `REFRESH_INTERVAL`).
     """
-    active, alpha, beta, U, Psi = model.active, model.alpha, model.beta, model.U, model.Psi
-    if U.shape[1] > len(active):                        # drop the deleted directions
+    active, alpha, beta, U, Psi = (
+        model.active,
+        model.alpha,
+        model.beta,
+        model.U,
+        model.Psi,
+    )
+    if U.shape[1] > len(active):  # drop the deleted directions
         U, Psi = drop_coordinate(U, Psi, Psi[:, active])
-    align = model.align                                 # kept exact by every action
-    if align is None and alignment_max < 1:             # |φ_iᵀφ_j|, j in the model
+    align = model.align  # kept exact by every action
+    if align is None and alignment_max < 1:  # |φ_iᵀφ_j|, j in the model
         align = np.max(np.abs(Psi.T @ Psi[:, active]), axis=1)
     tau = U.T @ t
-    perp = max(t @ t - tau @ tau, 0.0)                  # ‖(I − UUᵀ)t‖²
+    perp = max(t @ t - tau @ tau, 0.0)  # ‖(I − UUᵀ)t‖²
     residual = span_residual(Psi, usable.astype(float))
-    S, Q, G, log_det_H, tau_H_tau = fresh_statistics(Psi, active, alpha[active], beta,
-                                                     residual, PhiT_t, tau)
+    S, Q, G, log_det_H, tau_H_tau = fresh_statistics(
+        Psi, active, alpha[active], beta, residual, PhiT_t, tau
+    )
     log_evidence = split_log_evidence(len(t), beta, log_det_H, tau_H_tau, perp)
     interval, drift = model.interval, model.drift
     if measure and model.since_fresh > 0:
-        tCt = beta * (perp + tau_H_tau)                 # tᵀC⁻¹t (rvm-SQ-stable)
+        tCt = beta * (perp + tau_H_tau)  # tᵀC⁻¹t (rvm-SQ-stable)
         measured = measured_drift(model.S, model.Q, S, Q, tCt)
         drift = max(drift, measured)
         if measured <= DRIFT_MAX / 1e4:
             interval = min(2 * interval, REFRESH_INTERVAL_MAX)
         elif measured > DRIFT_MAX / 100:
             interval = max(interval // 4, 1)
-    return model._replace(U=U, Psi=Psi, tau=tau, perp=perp, residual=residual, S=S, Q=Q,
-                          G=G, align=align, log_evidence=log_evidence, since_fresh=0,
-                          dead=np.zeros(len(alpha), dtype=bool),
-                          interval=interval, drift=drift, n_fresh=model.n_fresh + 1)
+    return model._replace(
+        U=U,
+        Psi=Psi,
+        tau=tau,
+        perp=perp,
+        residual=residual,
+        S=S,
+        Q=Q,
+        G=G,
+        align=align,
+        log_evidence=log_evidence,
+        since_fresh=0,
+        dead=np.zeros(len(alpha), dtype=bool),
+        interval=interval,
+        drift=drift,
+        n_fresh=model.n_fresh + 1,
+    )
 
 
 def choose_action(model, usable, tol, alignment_max):
@@ -368,7 +478,9 @@ def choose_action(model, usable, tol, alignment_max):
     # only O((Δ log α)²): it is not worth an iteration.
     gain[inside & np.isfinite(new_alpha) & (log_change < tol)] = 0.0
     j = int(np.argmax(gain))
-    settled = np.all(log_change[inside] < tol) and not np.any(np.isinf(new_alpha) != ~inside)
+    settled = np.all(log_change[inside] < tol) and not np.any(
+        np.isinf(new_alpha) != ~inside
+    )
     # When no gain is positive the remaining changes of α are below what the
     # evidence resolves in floating point: the α are as settled as they can get.
     return j, new_alpha, gain, bool(settled or gain[j] <= 0)
@@ -383,9 +495,12 @@ def _rank_one(model, j, v, kappa, G, **changes):
 def reestimate_basis_function(model, j, alpha_j):
     """Set α_j of a basis function in the model to ``alpha_j`` (rvm-fast-alpha) and
     update S, Q and H⁻¹ by one rank-one term (rvm-SQ-rank-one); O(Pm + m²)."""
-    s, _ = sparsity_quality(model.S[j:j + 1], model.Q[j:j + 1], model.alpha[j:j + 1])
-    v, kappa, G = reestimate_step(model.Psi, model.G, model.beta, model.Psi[:, j],
-                                  model.alpha[j], alpha_j, s[0])
+    s, _ = sparsity_quality(
+        model.S[j : j + 1], model.Q[j : j + 1], model.alpha[j : j + 1]
+    )
+    v, kappa, G = reestimate_step(
+        model.Psi, model.G, model.beta, model.Psi[:, j], model.alpha[j], alpha_j, s[0]
+    )
     alpha = model.alpha.copy()
     alpha[j] = alpha_j
     return _rank_one(model, j, v, kappa, G, alpha=alpha)
@@ -407,30 +522,54 @@ def add_basis_function(model, Phi, t, usable, j, alpha_j, alignment_max):
     alpha = model.alpha.copy()
     alpha[j] = alpha_j
     active = np.sort(np.append(model.active, j))
-    if model.dead[j]:                                   # φ_j lies in the span of U
-        v, kappa, G = add_in_span_step(model.Psi, model.G, model.beta, j, alpha_j,
-                                       model.S[j])
+    if model.dead[j]:  # φ_j lies in the span of U
+        v, kappa, G = add_in_span_step(
+            model.Psi, model.G, model.beta, j, alpha_j, model.S[j]
+        )
         dead = model.dead.copy()
         dead[j] = False
-        return _rank_one(model, j, v, kappa, G, alpha=alpha, active=active,
-                         align=_aligned(model.align, model.Psi, j, alignment_max),
-                         dead=dead)
+        return _rank_one(
+            model,
+            j,
+            v,
+            kappa,
+            G,
+            alpha=alpha,
+            active=active,
+            align=_aligned(model.align, model.Psi, j, alignment_max),
+            dead=dead,
+        )
     U, Psi = add_coordinate(Phi, model.U, model.Psi, j)
     v, kappa, G = add_step(Psi, model.G, model.beta, j, alpha_j, model.S[j])
     align = _aligned(model.align, Psi, j, alignment_max)
     u_t = U[:, -1] @ t
-    return _rank_one(model, j, v, kappa, G, alpha=alpha, U=U, Psi=Psi, active=active,
-                     tau=np.append(model.tau, u_t), perp=max(model.perp - u_t**2, 0.0),
-                     residual=span_residual(Psi, usable.astype(float)), align=align)
+    return _rank_one(
+        model,
+        j,
+        v,
+        kappa,
+        G,
+        alpha=alpha,
+        U=U,
+        Psi=Psi,
+        active=active,
+        tau=np.append(model.tau, u_t),
+        perp=max(model.perp - u_t**2, 0.0),
+        residual=span_residual(Psi, usable.astype(float)),
+        align=align,
+    )
 
 
 def delete_basis_function(model, j, alignment_max):
     """Remove column j from the model: S, Q and H⁻¹ by one rank-one term
     (rvm-SQ-rank-one, `delete_step`); U keeps j's direction until the next
     refactorisation (`refresh`) drops it. The alignments with j are recomputed."""
-    s, _ = sparsity_quality(model.S[j:j + 1], model.Q[j:j + 1], model.alpha[j:j + 1])
-    v, kappa, G = delete_step(model.Psi, model.G, model.beta, model.Psi[:, j],
-                              model.alpha[j], s[0])
+    s, _ = sparsity_quality(
+        model.S[j : j + 1], model.Q[j : j + 1], model.alpha[j : j + 1]
+    )
+    v, kappa, G = delete_step(
+        model.Psi, model.G, model.beta, model.Psi[:, j], model.alpha[j], s[0]
+    )
     alpha = model.alpha.copy()
     alpha[j] = np.inf
     active = model.active[model.active != j]
@@ -444,8 +583,9 @@ def delete_basis_function(model, j, alignment_max):
         affected = np.flatnonzero(np.abs(Psi.T @ Psi[:, j]) >= align * (1 - 1e-9))
         align = align.copy()
         align[affected] = np.max(np.abs(Psi[:, affected].T @ Psi[:, active]), axis=1)
-    return _rank_one(model, j, v, kappa, G, alpha=alpha, active=active, dead=dead,
-                     align=align)
+    return _rank_one(
+        model, j, v, kappa, G, alpha=alpha, active=active, dead=dead, align=align
+    )
 
 
 def noise_update(model, N, beta_max):
@@ -453,7 +593,9 @@ def noise_update(model, N, beta_max):
     at most ``beta_max``; the posterior comes from the coordinates (O(m³))."""
     active = model.active
     R = model.Psi[:, active]
-    post = coordinate_posterior(R, model.tau, model.perp, model.alpha[active], model.beta, N)
+    post = coordinate_posterior(
+        R, model.tau, model.perp, model.alpha[active], model.beta, N
+    )
     gamma = gamma_factors(model.alpha[active], np.diag(post.Sigma))
     misfit = model.tau - R @ post.mu
     return min((N - gamma.sum()) / (model.perp + misfit @ misfit), beta_max)
@@ -462,24 +604,30 @@ def noise_update(model, N, beta_max):
 def check_beta_schedule(beta_schedule):
     """Refuse a β schedule that is not one of `BETA_SCHEDULES`."""
     if beta_schedule not in BETA_SCHEDULES:
-        raise ValueError(f"beta_schedule must be one of {BETA_SCHEDULES}; got {beta_schedule!r}.")
+        raise ValueError(
+            f"beta_schedule must be one of {BETA_SCHEDULES}; got {beta_schedule!r}."
+        )
 
 
 def held_then_released(Phi_unit, usable, t, hold_tol, **settings):
     """The 'hold' schedule: the sequential algorithm at the starting β, to the
     tolerance ``hold_tol`` on log α, then from that model with β learnt."""
-    held = fast_on_unit_columns(Phi_unit, usable, t, update_beta=False,
-                                **{**settings, "tol": hold_tol})
+    held = fast_on_unit_columns(
+        Phi_unit, usable, t, update_beta=False, **{**settings, "tol": hold_tol}
+    )
     alpha = np.full(Phi_unit.shape[1], np.inf)
     alpha[held.active] = held.alpha
-    released = fast_on_unit_columns(Phi_unit, usable, t, alpha=alpha, beta=held.beta,
-                                    **settings)
+    released = fast_on_unit_columns(
+        Phi_unit, usable, t, alpha=alpha, beta=held.beta, **settings
+    )
     return released._replace(
         evidence=np.concatenate([held.evidence, released.evidence]),
         actions=held.actions + released.actions,
-        n_iter=held.n_iter + released.n_iter, n_fresh=held.n_fresh + released.n_fresh,
+        n_iter=held.n_iter + released.n_iter,
+        n_fresh=held.n_fresh + released.n_fresh,
         drift=max(held.drift, released.drift),
-        converged=held.converged and released.converged)
+        converged=held.converged and released.converged,
+    )
 
 
 def stalled(result):
@@ -507,17 +655,23 @@ def fast_regression(Phi, t, *, beta_schedule="auto", **settings):
     ``settings`` go to `fast_on_unit_columns`.
     """
     check_beta_schedule(beta_schedule)
-    Phi_unit, scales = unit_columns(Phi)                # once, for every run
+    Phi_unit, scales = unit_columns(Phi)  # once, for every run
     usable = scales > 0
     runs = []
     if beta_schedule == "auto":
         runs.append(held_then_released(Phi_unit, usable, t, HOLD_TOL, **settings))
-        if stalled(runs[0]):                            # hold β until the α settle
-            runs.append(held_then_released(Phi_unit, usable, t, settings.get("tol", 1e-3),
-                                           **settings))
+        if stalled(runs[0]):  # hold β until the α settle
+            runs.append(
+                held_then_released(
+                    Phi_unit, usable, t, settings.get("tol", 1e-3), **settings
+                )
+            )
     if beta_schedule in ("update", "both"):
         runs.append(fast_on_unit_columns(Phi_unit, usable, t, **settings))
     if beta_schedule in ("hold", "both"):
-        runs.append(held_then_released(Phi_unit, usable, t, settings.get("tol", 1e-3),
-                                       **settings))
+        runs.append(
+            held_then_released(
+                Phi_unit, usable, t, settings.get("tol", 1e-3), **settings
+            )
+        )
     return on_user_scale(max(runs, key=lambda run: run.log_evidence), scales)

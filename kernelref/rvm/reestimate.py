@@ -32,8 +32,17 @@ from kernelref._validation import check_finite_values
 from kernelref.rvm.design import posterior
 
 __all__ = [
-    "GAMMA_MIN", "Reestimation", "accelerated_alpha", "em_alpha", "em_beta",
-    "gamma_factors", "initial_alpha", "reestimate", "reestimate_alpha", "reestimate_beta"]
+    "GAMMA_MIN",
+    "Reestimation",
+    "accelerated_alpha",
+    "em_alpha",
+    "em_beta",
+    "gamma_factors",
+    "initial_alpha",
+    "reestimate",
+    "reestimate_alpha",
+    "reestimate_beta",
+]
 
 #: γ_i = 1 − α_iΣ_ii is computed with a relative rounding error of about machine
 #: epsilon; below that it cannot be told from 0 (the prior alone fixes w_i) and
@@ -44,7 +53,9 @@ GAMMA_MIN = np.finfo(np.float64).eps
 #: ``alpha``, ``mu``, ``Sigma`` belong to them; ``evidence`` is the log evidence
 #: after each iteration.
 Reestimation = namedtuple(
-    "Reestimation", "keep alpha beta mu Sigma gamma log_evidence evidence n_iter converged")
+    "Reestimation",
+    "keep alpha beta mu Sigma gamma log_evidence evidence n_iter converged",
+)
 
 
 def initial_alpha(N):
@@ -103,8 +114,18 @@ def _new_alpha(method, update, grew, mu, Sigma_diag, gamma):
     return new
 
 
-def reestimate(Phi, t, alpha, beta, *, method="reestimate", update="standard",
-               max_iter=1000, tol=1e-3, alpha_max=1e12):
+def reestimate(
+    Phi,
+    t,
+    alpha,
+    beta,
+    *,
+    method="reestimate",
+    update="standard",
+    max_iter=1000,
+    tol=1e-3,
+    alpha_max=1e12,
+):
     """Maximise the evidence over α and β by re-estimation or EM, pruning as it goes.
 
     Implements (rvm-gamma), (rvm-reestimate-alpha) and (rvm-noise), or
@@ -131,13 +152,21 @@ def reestimate(Phi, t, alpha, beta, *, method="reestimate", update="standard",
             new_beta = em_beta(t, Phi[:, keep], post.mu, gamma, beta)
         else:
             new_beta = reestimate_beta(t, Phi[:, keep], post.mu, gamma)
-        check_finite_values(f"RVM {method}", n_iter, log_evidence=post.log_evidence,
-                            mu=post.mu, beta=new_beta)
-        stay = (new_alpha < alpha_max[keep]) & (gamma > GAMMA_MIN) & np.isfinite(new_alpha)
+        check_finite_values(
+            f"RVM {method}",
+            n_iter,
+            log_evidence=post.log_evidence,
+            mu=post.mu,
+            beta=new_beta,
+        )
+        stay = (
+            (new_alpha < alpha_max[keep]) & (gamma > GAMMA_MIN) & np.isfinite(new_alpha)
+        )
         if not stay.any():
             raise RuntimeError(
                 "every basis function was pruned: the evidence prefers explaining the "
-                "targets as noise. Check the kernel width (gamma) or the scale of y.")
+                "targets as noise. Check the kernel width (gamma) or the scale of y."
+            )
         change = np.max(np.abs(np.log(new_alpha[stay] / alpha[stay])), initial=0.0)
         change = max(change, abs(np.log(new_beta / beta)))
         grew = (new_alpha > alpha)[stay]
@@ -147,5 +176,15 @@ def reestimate(Phi, t, alpha, beta, *, method="reestimate", update="standard",
             break
     post = posterior(Phi[:, keep], t, alpha, beta)
     gamma = gamma_factors(alpha, np.diag(post.Sigma))
-    return Reestimation(keep, alpha, beta, post.mu, post.Sigma, gamma, post.log_evidence,
-                        np.array(evidence + [post.log_evidence]), n_iter, converged)
+    return Reestimation(
+        keep,
+        alpha,
+        beta,
+        post.mu,
+        post.Sigma,
+        gamma,
+        post.log_evidence,
+        np.array(evidence + [post.log_evidence]),
+        n_iter,
+        converged,
+    )

@@ -13,14 +13,23 @@ import warnings
 import numpy as np
 
 from kernelref._validation import (
+    check_is_fitted,
+    check_n_features,
+    check_samples,
+    check_targets,
+    check_training_samples,
     evaluate_kernel,
-    check_is_fitted, check_n_features, check_samples,
-    check_targets, check_training_samples, record_n_features)
+    record_n_features,
+)
 from kernelref.base import BaseEstimator, RegressorMixin
 from kernelref.exceptions import ConvergenceWarning
 from kernelref.kernels import make_kernel
 from kernelref.rvm.design import (
-    check_evidence_settings, column_scales, design_matrix, initial_beta)
+    check_evidence_settings,
+    column_scales,
+    design_matrix,
+    initial_beta,
+)
 from kernelref.rvm.fast import ALIGNMENT_MAX, check_beta_schedule, fast_regression
 from kernelref.rvm.reestimate import initial_alpha, reestimate
 
@@ -107,9 +116,21 @@ class RVR(RegressorMixin, BaseEstimator):
         The final log evidence log p(t | α, β).
     """
 
-    def __init__(self, kernel="rbf", gamma=None, degree=3, coef0=1, bias=True,
-                 method="fast", update="standard", max_iter=10000, tol=1e-3,
-                 alpha_max=ALPHA_MAX, alignment_max=ALIGNMENT_MAX, beta_schedule="auto"):
+    def __init__(
+        self,
+        kernel="rbf",
+        gamma=None,
+        degree=3,
+        coef0=1,
+        bias=True,
+        method="fast",
+        update="standard",
+        max_iter=10000,
+        tol=1e-3,
+        alpha_max=ALPHA_MAX,
+        alignment_max=ALIGNMENT_MAX,
+        beta_schedule="auto",
+    ):
         self.kernel = kernel
         self.gamma = gamma
         self.degree = degree
@@ -131,21 +152,26 @@ class RVR(RegressorMixin, BaseEstimator):
         if self.update == "accelerated" and self.method == "fast":
             raise ValueError(
                 "update='accelerated' modifies the re-estimation of all α at once; use it "
-                "with method='reestimate' or 'em' (the fast method sets α_i = s_i²/(q_i² − s_i)).")
+                "with method='reestimate' or 'em' (the fast method sets α_i = s_i²/(q_i² − s_i))."
+            )
         check_evidence_settings(self)
         check_beta_schedule(self.beta_schedule)
         X = check_training_samples(X, self.kernel)
         t = check_targets(y, X.shape[0], "y")
         if t.ndim != 1:
-            raise ValueError(f"y must be 1-D (one target per sample); got shape {t.shape}. "
-                             "Fit one RVR per column for several targets.")
+            raise ValueError(
+                f"y must be 1-D (one target per sample); got shape {t.shape}. "
+                "Fit one RVR per column for several targets."
+            )
         if len(t) < 2:
             raise ValueError(
-                "y has 1 sample; RVR needs at least 2 samples to estimate the noise level.")
+                "y has 1 sample; RVR needs at least 2 samples to estimate the noise level."
+            )
         if np.ptp(t) == 0:
             raise ValueError(
                 "y is constant, so its variance is zero and the noise level cannot be "
-                "estimated; a constant needs no regression (predict the mean).")
+                "estimated; a constant needs no regression (predict the mean)."
+            )
         kernel = make_kernel(self.kernel, X, self.gamma, self.degree, self.coef0)
         return X, t, kernel
 
@@ -156,23 +182,38 @@ class RVR(RegressorMixin, BaseEstimator):
         offset = 1 if self.bias else 0
         scales = np.concatenate([np.ones(offset), column_scales(Phi[:, offset:])])
         if self.method == "fast":
-            result = fast_regression(Phi, t, beta_schedule=self.beta_schedule,
-                                     max_iter=self.max_iter, tol=self.tol,
-                                     alignment_max=self.alignment_max)
+            result = fast_regression(
+                Phi,
+                t,
+                beta_schedule=self.beta_schedule,
+                max_iter=self.max_iter,
+                tol=self.tol,
+                alignment_max=self.alignment_max,
+            )
             kept = result.active
         else:
             # α is bounded on the user's scale; columns that are zero carry no information.
             alpha0 = np.where(scales > 0, initial_alpha(len(t)), np.inf)
             keep = np.flatnonzero(scales > 0)
-            result = reestimate(Phi[:, keep], t, alpha0[keep], initial_beta(t),
-                                method=self.method, update=self.update,
-                                max_iter=self.max_iter, tol=self.tol, alpha_max=self.alpha_max)
+            result = reestimate(
+                Phi[:, keep],
+                t,
+                alpha0[keep],
+                initial_beta(t),
+                method=self.method,
+                update=self.update,
+                max_iter=self.max_iter,
+                tol=self.tol,
+                alpha_max=self.alpha_max,
+            )
             kept = keep[result.keep]
         if not result.converged:
             warnings.warn(
                 f"RVR(method={self.method!r}) stopped after max_iter={self.max_iter} "
-                "iterations before converging; raise max_iter or tol.", ConvergenceWarning,
-                stacklevel=2)
+                "iterations before converging; raise max_iter or tol.",
+                ConvergenceWarning,
+                stacklevel=2,
+            )
         self.bias_used_ = bool(self.bias and kept[0] == 0)
         self.relevance_ = kept[kept >= offset] - offset
         self.relevance_vectors_ = X[self.relevance_]
@@ -192,7 +233,8 @@ class RVR(RegressorMixin, BaseEstimator):
             if X.shape[1] != self.n_features_in_:
                 raise ValueError(
                     f"with kernel='precomputed', X must be K(X_test, X_train) with "
-                    f"{self.n_features_in_} columns; got {X.shape[1]}.")
+                    f"{self.n_features_in_} columns; got {X.shape[1]}."
+                )
             K = X[:, self.relevance_]
         else:
             if X.ndim == 2:

@@ -30,7 +30,13 @@ affordable choice.
 import numpy as np
 from scipy.special import logsumexp
 
-__all__ = ["Softmax", "expanded_design", "latent_moments", "moderated_softmax", "one_hot"]
+__all__ = [
+    "Softmax",
+    "expanded_design",
+    "latent_moments",
+    "moderated_softmax",
+    "one_hot",
+]
 
 
 def one_hot(y_index, K):
@@ -54,7 +60,9 @@ class Softmax:
     def log_likelihood(self, a, t):
         """Σ t_nk log y_nk (label ``rvc-softmax-likelihood``), log y by ``logsumexp``."""
         A = a.reshape(-1, self.K)
-        return float(np.sum(t.reshape(-1, self.K) * (A - logsumexp(A, axis=1, keepdims=True))))
+        return float(
+            np.sum(t.reshape(-1, self.K) * (A - logsumexp(A, axis=1, keepdims=True)))
+        )
 
     def whiten(self, Phi, a, t):
         """Φ̃ = R Φ and t̃ = R a + r with RᵀR = B and Rᵀr = t − y (label
@@ -72,7 +80,7 @@ class Softmax:
         log_y = A - logsumexp(A, axis=1, keepdims=True)
         u = np.exp(0.5 * log_y)
         P = np.eye(self.K)[None] - u[:, :, None] * u[:, None, :]
-        R = P * u[:, None, :]                                   # P diag(u), per point
+        R = P * u[:, None, :]  # P diag(u), per point
         # (t − y)/u = t/u − u: exact where a class is confidently ruled out (t = 0,
         # u underflowing to 0), where the quotient itself would be 0/0.
         T = t.reshape(-1, self.K)
@@ -107,7 +115,12 @@ def moderated_softmax(mean, covariance):
     the p_k need not sum to one and are normalised.
     """
     variance = np.einsum("nkk->nk", covariance)
-    s2 = variance[:, :, None] + variance[:, None, :] - covariance - np.swapaxes(covariance, 1, 2)
+    s2 = (
+        variance[:, :, None]
+        + variance[:, None, :]
+        - covariance
+        - np.swapaxes(covariance, 1, 2)
+    )
     kappa = 1.0 / np.sqrt(1.0 + np.pi * np.maximum(s2, 0.0) / 8.0)
     z = -kappa * (mean[:, :, None] - mean[:, None, :])
     p = np.exp(-logsumexp(z, axis=2))

@@ -41,20 +41,36 @@ class GaussianMixture:
         means = np.atleast_2d(np.asarray(self.means, dtype=float))
         variances = np.asarray(self.variances, dtype=float)
         K = len(weights)
-        if weights.ndim != 1 or (weights < 0).any() or not np.isclose(weights.sum(), 1.0):
-            raise ValueError(f"weights must be K ≥ 0 probabilities summing to 1; got {weights}.")
+        if (
+            weights.ndim != 1
+            or (weights < 0).any()
+            or not np.isclose(weights.sum(), 1.0)
+        ):
+            raise ValueError(
+                f"weights must be K ≥ 0 probabilities summing to 1; got {weights}."
+            )
         if means.shape[0] != K or not np.isfinite(means).all():
-            raise ValueError(f"means must be a finite ({K}, D) array; got shape {means.shape}.")
+            raise ValueError(
+                f"means must be a finite ({K}, D) array; got shape {means.shape}."
+            )
         if variances.shape != (K,) or not (variances > 0).all():
-            raise ValueError(f"variances must be {K} positive numbers; got {variances}.")
-        for name, value in (("weights", weights), ("means", means), ("variances", variances)):
+            raise ValueError(
+                f"variances must be {K} positive numbers; got {variances}."
+            )
+        for name, value in (
+            ("weights", weights),
+            ("means", means),
+            ("variances", variances),
+        ):
             object.__setattr__(self, name, value)
 
     def check_inputs(self, X):
         X = as_2d(X)
         if X.shape[1] != self.means.shape[1]:
-            raise ValueError(f"X has {X.shape[1]} features; the mixture is over "
-                             f"{self.means.shape[1]}.")
+            raise ValueError(
+                f"X has {X.shape[1]} features; the mixture is over "
+                f"{self.means.shape[1]}."
+            )
         return X
 
     def squared_distances(self, X):
@@ -65,8 +81,9 @@ class GaussianMixture:
     def log_component_densities(self, X):
         """log N(x_n | μ_i, σ_i² I), shape (n, K)."""
         D = self.means.shape[1]
-        return (-0.5 * self.squared_distances(X) / self.variances
-                - 0.5 * D * np.log(2 * np.pi * self.variances))
+        return -0.5 * self.squared_distances(X) / self.variances - 0.5 * D * np.log(
+            2 * np.pi * self.variances
+        )
 
     def component_densities(self, X):
         """p(x_n | i), shape (n, K)."""
@@ -74,7 +91,9 @@ class GaussianMixture:
 
     def density(self, X):
         """p(x_n) = Σ_i π_i p(x_n | i)."""
-        return np.exp(logsumexp(self.log_component_densities(X), b=self.weights, axis=1))
+        return np.exp(
+            logsumexp(self.log_component_densities(X), b=self.weights, axis=1)
+        )
 
     def responsibilities(self, X):
         """r_ni = π_i p(x_n | i) / p(x_n)."""
@@ -116,7 +135,7 @@ class MixtureKernel(Kernel):
 
     def diag(self, X):
         P = self.mixture.component_densities(X)
-        return (P ** 2) @ self.mixture.weights
+        return (P**2) @ self.mixture.weights
 
 
 def fisher_scores(mixture, X, parameters="means"):
@@ -126,7 +145,9 @@ def fisher_scores(mixture, X, parameters="means"):
     ∂/∂log σ_i² = σ_i² ∂/∂σ_i²; for unnormalised weights ∂/∂π_i = r_i/π_i.
     """
     if parameters not in FISHER_PARAMETERS:
-        raise ValueError(f"parameters must be one of {FISHER_PARAMETERS}; got {parameters!r}.")
+        raise ValueError(
+            f"parameters must be one of {FISHER_PARAMETERS}; got {parameters!r}."
+        )
     X = mixture.check_inputs(X)
     r = mixture.responsibilities(X)
     var = mixture.variances
@@ -155,7 +176,8 @@ def fisher_factor(G, what):
         raise ValueError(
             f"the empirical Fisher information of {len(G)} reference {what} over "
             f"{G.shape[1]} parameters is singular; give more, and more varied, reference "
-            f"{what} than there are parameters.") from None
+            f"{what} than there are parameters."
+        ) from None
 
 
 class FisherKernel(Kernel):
@@ -169,7 +191,9 @@ class FisherKernel(Kernel):
 
     def _factor(self):
         X_ref = check_array(self.X_ref, "X_ref")
-        return fisher_factor(fisher_scores(self.mixture, X_ref, self.parameters), "points")
+        return fisher_factor(
+            fisher_scores(self.mixture, X_ref, self.parameters), "points"
+        )
 
     def __call__(self, X, Y=None):
         G = fisher_scores(self.mixture, X, self.parameters)

@@ -26,10 +26,14 @@ def check_adjacency(A, name="adjacency"):
     """A symmetric, non-negative, finite square matrix with a zero diagonal."""
     A = np.asarray(A, dtype=float)
     if A.ndim != 2 or A.shape[0] != A.shape[1] or A.shape[0] == 0:
-        raise ValueError(f"{name} must be a non-empty square matrix; got shape {A.shape}.")
+        raise ValueError(
+            f"{name} must be a non-empty square matrix; got shape {A.shape}."
+        )
     if not np.isfinite(A).all() or (A < 0).any() or not np.array_equal(A, A.T):
-        raise ValueError(f"{name} must be symmetric with finite entries ≥ 0 (an undirected "
-                         "graph); symmetrise it with (A + A.T) / 2.")
+        raise ValueError(
+            f"{name} must be symmetric with finite entries ≥ 0 (an undirected "
+            "graph); symmetrise it with (A + A.T) / 2."
+        )
     if np.diag(A).any():
         raise ValueError(f"{name} must have a zero diagonal (no self-loops).")
     return A
@@ -58,9 +62,14 @@ class DiffusionKernel(ObjectKernel):
 
     def check_sample(self, x, name):
         n = len(check_adjacency(self.adjacency))
-        if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)) \
-                or not 0 <= x < n:
-            raise TypeError(f"{name} must be a node index, an integer in [0, {n}); got {x!r}.")
+        if (
+            isinstance(x, (bool, np.bool_))
+            or not isinstance(x, (int, np.integer))
+            or not 0 <= x < n
+        ):
+            raise TypeError(
+                f"{name} must be a node index, an integer in [0, {n}); got {x!r}."
+            )
         return int(x)
 
     def pair(self, x, y):
@@ -73,7 +82,8 @@ class DiffusionKernel(ObjectKernel):
     def diag(self, X):
         # one eigendecomposition for all nodes, not one per node
         return np.diag(diffusion_matrix(self.adjacency, self.beta))[
-            self.samples(X, "X").astype(int)]
+            self.samples(X, "X").astype(int)
+        ]
 
 
 @dataclass(frozen=True, eq=False)
@@ -89,11 +99,17 @@ class Graph:
         A = check_adjacency(self.adjacency)
         labels = (0,) * len(A) if self.labels is None else tuple(self.labels)
         if len(labels) != len(A):
-            raise ValueError(f"labels must give one label per node ({len(A)}); got {len(labels)}.")
-        alphabet = frozenset(labels) if self.alphabet is None else frozenset(self.alphabet)
+            raise ValueError(
+                f"labels must give one label per node ({len(A)}); got {len(labels)}."
+            )
+        alphabet = (
+            frozenset(labels) if self.alphabet is None else frozenset(self.alphabet)
+        )
         if not set(labels) <= alphabet:
-            raise ValueError(f"labels {sorted(set(labels) - alphabet, key=repr)} are not in "
-                             f"the alphabet {sorted(alphabet, key=repr)}.")
+            raise ValueError(
+                f"labels {sorted(set(labels) - alphabet, key=repr)} are not in "
+                f"the alphabet {sorted(alphabet, key=repr)}."
+            )
         object.__setattr__(self, "adjacency", A)
         object.__setattr__(self, "labels", labels)
         object.__setattr__(self, "alphabet", alphabet)
@@ -103,7 +119,9 @@ def product_graph(G, H):
     """A× of the direct product graph (label ``product-graph``): nodes are the
     pairs (v, v′) with equal labels, and (v, v′)–(w, w′) is an edge of weight
     A_vw A′_v′w′."""
-    same = np.equal.outer(np.array(G.labels, dtype=object), np.array(H.labels, dtype=object))
+    same = np.equal.outer(
+        np.array(G.labels, dtype=object), np.array(H.labels, dtype=object)
+    )
     keep = np.flatnonzero(same.ravel())
     return np.kron(G.adjacency, H.adjacency)[np.ix_(keep, keep)]
 
@@ -121,7 +139,9 @@ class RandomWalkKernel(ObjectKernel):
 
     def check_sample(self, x, name):
         if not isinstance(x, Graph):
-            raise TypeError(f"{name} must be a kernelref.structured.Graph; got {type(x).__name__}.")
+            raise TypeError(
+                f"{name} must be a kernelref.structured.Graph; got {type(x).__name__}."
+            )
         return x
 
     def _product_graphs(self, X, Y, symmetric):
@@ -134,18 +154,23 @@ class RandomWalkKernel(ObjectKernel):
             raise ValueError(
                 f"the graphs label their nodes from different alphabets {shown}; the walks "
                 "of two graphs can only be matched label for label over one alphabet. "
-                "Pass the same alphabet= to every Graph.")
+                "Pass the same alphabet= to every Graph."
+            )
         products, worst = {}, (0.0, None)
         for n, x in enumerate(X):
             for m in range(n if symmetric else 0, len(Y)):
                 products[n, m] = product_graph(x, Y[m])
-                worst = max(worst, (spectral_radius(products[n, m]), (n, m)),
-                            key=lambda pair: pair[0])
+                worst = max(
+                    worst,
+                    (spectral_radius(products[n, m]), (n, m)),
+                    key=lambda pair: pair[0],
+                )
         if lam * worst[0] >= 1:
             raise ValueError(
                 f"lam={lam!r} is too large: the walk series Σ λ^k A×^k diverges for the pair "
                 f"{worst[1]}, whose product graph has spectral radius {worst[0]:.4g}; "
-                f"choose lam < {1 / worst[0]:.4g}.")
+                f"choose lam < {1 / worst[0]:.4g}."
+            )
         return lam, products
 
     def _gram(self, X, Y, symmetric):

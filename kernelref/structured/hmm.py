@@ -31,9 +31,14 @@ def _stochastic(M, name, shape):
     M = np.asarray(M, dtype=float)
     if M.shape != shape:
         raise ValueError(f"{name} must have shape {shape}; got {M.shape}.")
-    if not np.isfinite(M).all() or (M < 0).any() or not np.allclose(
-            M.sum(axis=-1), 1.0, rtol=0, atol=STOCHASTIC_ATOL):
-        raise ValueError(f"{name} must hold probabilities ≥ 0 whose rows sum to 1; got {M}.")
+    if (
+        not np.isfinite(M).all()
+        or (M < 0).any()
+        or not np.allclose(M.sum(axis=-1), 1.0, rtol=0, atol=STOCHASTIC_ATOL)
+    ):
+        raise ValueError(
+            f"{name} must hold probabilities ≥ 0 whose rows sum to 1; got {M}."
+        )
     return M
 
 
@@ -50,7 +55,9 @@ class DiscreteHMM:
         start = np.asarray(self.start, dtype=float)
         K = start.shape[0] if start.ndim == 1 else 0
         object.__setattr__(self, "start", _stochastic(start, "start", (K,)))
-        object.__setattr__(self, "transition", _stochastic(self.transition, "transition", (K, K)))
+        object.__setattr__(
+            self, "transition", _stochastic(self.transition, "transition", (K, K))
+        )
         emission = np.asarray(self.emission, dtype=float)
         S = emission.shape[-1] if emission.ndim == 2 else 0
         object.__setattr__(self, "emission", _stochastic(emission, "emission", (K, S)))
@@ -67,7 +74,7 @@ class DiscreteHMM:
 def emission_factors(hmm, x, T):
     """e_t(j) = B_j(x_t) for t < len(x) and 1 afterwards, shape (T, K)."""
     e = np.ones((T, hmm.n_states))
-    e[:len(x)] = hmm.emission[:, list(x)].T
+    e[: len(x)] = hmm.emission[:, list(x)].T
     return e
 
 
@@ -90,17 +97,27 @@ class MarginalisedHMMKernel(ObjectKernel):
 
     def check_sample(self, x, name):
         if not isinstance(self.hmm, DiscreteHMM):
-            raise TypeError(f"hmm must be a DiscreteHMM; got {type(self.hmm).__name__}.")
+            raise TypeError(
+                f"hmm must be a DiscreteHMM; got {type(self.hmm).__name__}."
+            )
         if isinstance(x, str) or not isinstance(x, (list, tuple, np.ndarray)):
             raise TypeError(
                 f"{name} must be a sequence of integer symbols (list, tuple or 1-D array); "
-                f"got {type(x).__name__}.")
+                f"got {type(x).__name__}."
+            )
         seq = np.asarray(x)
         if seq.ndim != 1 or len(seq) == 0:
-            raise ValueError(f"{name} must be a non-empty 1-D sequence; got shape {seq.shape}.")
-        if seq.dtype.kind not in "iu" or (seq < 0).any() or (seq >= self.hmm.n_symbols).any():
             raise ValueError(
-                f"{name} must hold integer symbols in [0, {self.hmm.n_symbols}); got {x!r}.")
+                f"{name} must be a non-empty 1-D sequence; got shape {seq.shape}."
+            )
+        if (
+            seq.dtype.kind not in "iu"
+            or (seq < 0).any()
+            or (seq >= self.hmm.n_symbols).any()
+        ):
+            raise ValueError(
+                f"{name} must hold integer symbols in [0, {self.hmm.n_symbols}); got {x!r}."
+            )
         return tuple(int(s) for s in seq)
 
     def pair(self, x, y):
@@ -111,14 +128,14 @@ def posterior_states(hmm, x):
     """γ_t(j) = p(z_t = j | x) by the scaled forward–backward recursions, shape (T, K),
     and log p(x) (label ``hmm-forward-backward``)."""
     T, K = len(x), hmm.n_states
-    e = hmm.emission[:, list(x)].T                      # e_t(j) = B_j(x_t)
+    e = hmm.emission[:, list(x)].T  # e_t(j) = B_j(x_t)
     alpha, c = np.empty((T, K)), np.empty(T)
     a = hmm.start * e[0]
     for t in range(T):
         if t:
             a = (alpha[t - 1] @ hmm.transition) * e[t]
         c[t] = a.sum()
-        alpha[t] = a / c[t]                             # α̂_t = p(z_t | x_1..t)
+        alpha[t] = a / c[t]  # α̂_t = p(z_t | x_1..t)
     beta = np.ones((T, K))
     for t in range(T - 2, -1, -1):
         beta[t] = hmm.transition @ (e[t + 1] * beta[t + 1]) / c[t + 1]

@@ -22,7 +22,8 @@ def _as_set(x, name):
     if not isinstance(x, (set, frozenset)):
         raise TypeError(
             f"{name} must be a set or frozenset; got {type(x).__name__}. A list may repeat "
-            "elements, which a set kernel cannot count: pass frozenset(x).")
+            "elements, which a set kernel cannot count: pass frozenset(x)."
+        )
     return frozenset(x)
 
 
@@ -59,19 +60,24 @@ class MeanEmbeddingKernel(ObjectKernel):
     def check_sample(self, x, name):
         if not isinstance(self.base_kernel, Kernel) or self.base_kernel.takes_objects:
             raise TypeError(
-                f"base_kernel must be a kernelref kernel on vectors; got {self.base_kernel!r}.")
+                f"base_kernel must be a kernelref kernel on vectors; got {self.base_kernel!r}."
+            )
         try:
             A = np.asarray(x, dtype=float)
         except (TypeError, ValueError):
             raise TypeError(
                 f"{name} must be a set of vectors as an (m, D) float array; got "
-                f"{type(x).__name__}.") from None
+                f"{type(x).__name__}."
+            ) from None
         if A.ndim != 2:
             raise ValueError(
-                f"{name} must be a set of vectors as an (m, D) array; got shape {A.shape}.")
+                f"{name} must be a set of vectors as an (m, D) array; got shape {A.shape}."
+            )
         if len(A) == 0:
-            raise ValueError(f"{name} is an empty set; its mean embedding is undefined. "
-                             "Give every set at least one vector.")
+            raise ValueError(
+                f"{name} is an empty set; its mean embedding is undefined. "
+                "Give every set at least one vector."
+            )
         if not np.isfinite(A).all():
             raise ValueError(f"{name} contains NaN or infinity.")
         return A
@@ -80,7 +86,8 @@ class MeanEmbeddingKernel(ObjectKernel):
         if x.shape[1] != y.shape[1]:
             raise ValueError(
                 f"sets of vectors of different dimension ({x.shape[1]} and {y.shape[1]}) "
-                "cannot be compared; give every vector the same number of features.")
+                "cannot be compared; give every vector the same number of features."
+            )
         return float(self.base_kernel(x, y).mean())
 
 

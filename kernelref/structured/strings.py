@@ -24,12 +24,13 @@ def _as_sequence(x, name):
     if isinstance(x, (list, tuple)):
         return tuple(x)
     raise TypeError(
-        f"{name} must be a str or a list/tuple of symbols; got {type(x).__name__}.")
+        f"{name} must be a str or a list/tuple of symbols; got {type(x).__name__}."
+    )
 
 
 def ngram_counts(x, n):
     """φ(x): how often each contiguous n-gram occurs in the sequence x."""
-    return Counter(x[i:i + n] for i in range(len(x) - n + 1))
+    return Counter(x[i : i + n] for i in range(len(x) - n + 1))
 
 
 def count_matrices(X, Y, features):
@@ -126,5 +127,7 @@ class SmithWatermanScore(ObjectKernel):
         for i in range(1, len(x) + 1):
             for j in range(1, len(y) + 1):
                 s = match if x[i - 1] == y[j - 1] else -mismatch
-                H[i, j] = max(0.0, H[i - 1, j - 1] + s, H[i - 1, j] - gap, H[i, j - 1] - gap)
+                H[i, j] = max(
+                    0.0, H[i - 1, j - 1] + s, H[i - 1, j] - gap, H[i, j - 1] - gap
+                )
         return float(H.max())

@@ -11,6 +11,18 @@ from kernelref.svm.multiclass import OneVsRestClassifier
 from kernelref.svm.platt import PlattCalibrated, pairwise_coupling, sigmoid_train
 from kernelref.svm.solver import ConvergenceWarning, solve
 
-__all__ = ["SVC", "SVR", "ConvergenceWarning", "KKTReport", "NuSVC", "NuSVR", "OneClassSVM",
-           "OneVsRestClassifier", "PlattCalibrated", "kkt_report", "pairwise_coupling",
-           "sigmoid_train", "solve"]
+__all__ = [
+    "SVC",
+    "SVR",
+    "ConvergenceWarning",
+    "KKTReport",
+    "NuSVC",
+    "NuSVR",
+    "OneClassSVM",
+    "OneVsRestClassifier",
+    "PlattCalibrated",
+    "kkt_report",
+    "pairwise_coupling",
+    "sigmoid_train",
+    "solve",
+]

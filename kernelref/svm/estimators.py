@@ -19,17 +19,32 @@ from dataclasses import replace
 import numpy as np
 
 from kernelref._validation import (
-    plain,
+    check_classification_targets,
+    check_is_fitted,
+    check_n_features,
+    check_samples,
+    check_targets,
+    check_training_samples,
     evaluate_kernel,
-    check_classification_targets, check_is_fitted, check_n_features, check_samples,
-    check_targets, check_training_samples, record_n_features)
+    plain,
+    record_n_features,
+)
 from kernelref.base import (
-    BaseEstimator, ClassifierMixin, RegressorMixin, restores_on_error)
+    BaseEstimator,
+    ClassifierMixin,
+    RegressorMixin,
+    restores_on_error,
+)
 from kernelref.kernels import Linear, accepts_sparse, make_kernel
 from kernelref.svm import problems
 from kernelref.svm.kkt import DualProblem
 from kernelref.svm.multiclass import (
-    assemble_one_vs_one, ovo_decision, ovo_vote, ovr_from_ovo, pairs)
+    assemble_one_vs_one,
+    ovo_decision,
+    ovo_vote,
+    ovr_from_ovo,
+    pairs,
+)
 from kernelref.svm.solver import solve
 
 __all__ = ["NuSVC", "NuSVR", "OneClassSVM", "SVC", "SVR"]
@@ -45,7 +60,8 @@ def _check_number(value, name, low, high, *, low_open=True, allow_inf=False, hin
         left = "(" if low_open else "["
         right = "]" if np.isfinite(high) or allow_inf else ")"
         raise ValueError(
-            f"{name} must be in {left}{low:g}, {high:g}{right}; got {value!r}.{hint}")
+            f"{name} must be in {left}{low:g}, {high:g}{right}; got {value!r}.{hint}"
+        )
     return value
 
 
@@ -56,26 +72,37 @@ class _BaseSVM(BaseEstimator):
 
     def _validate_common(self):
         _check_number(self.tol, "tol", 0, np.inf, hint=" libsvm's default is 1e-3.")
-        if isinstance(self.max_iter, bool) or not isinstance(self.max_iter, numbers.Integral) \
-                or self.max_iter == 0:
-            raise ValueError(f"max_iter must be a nonzero integer (−1: no cap); got "
-                             f"{self.max_iter!r}.")
+        if (
+            isinstance(self.max_iter, bool)
+            or not isinstance(self.max_iter, numbers.Integral)
+            or self.max_iter == 0
+        ):
+            raise ValueError(
+                f"max_iter must be a nonzero integer (−1: no cap); got "
+                f"{self.max_iter!r}."
+            )
         if not isinstance(self.shrinking, (bool, np.bool_)):
             raise TypeError(f"shrinking must be True or False; got {self.shrinking!r}.")
         if isinstance(self.gamma, str) and self.gamma not in ("scale", "auto"):
-            raise ValueError(f"gamma must be a positive number, 'scale' or 'auto'; "
-                             f"got {self.gamma!r}.")
+            raise ValueError(
+                f"gamma must be a positive number, 'scale' or 'auto'; "
+                f"got {self.gamma!r}."
+            )
 
     def _validate_X(self, X):
-        return check_training_samples(X, self.kernel, accept_sparse=accepts_sparse(self.kernel))
+        return check_training_samples(
+            X, self.kernel, accept_sparse=accepts_sparse(self.kernel)
+        )
 
     def _sample_weight(self, sample_weight, n):
         if sample_weight is None:
             return np.ones(n)
         w = check_targets(sample_weight, n, "sample_weight")
         if w.ndim != 1 or np.any(w < 0) or not np.any(w > 0):
-            raise ValueError("sample_weight must be 1-D, ≥ 0 and not all zero; it scales "
-                             "C (or the bound 1 of the ν forms) per sample.")
+            raise ValueError(
+                "sample_weight must be 1-D, ≥ 0 and not all zero; it scales "
+                "C (or the bound 1 of the ν forms) per sample."
+            )
         return w
 
     def _prepare(self, X):
@@ -88,8 +115,13 @@ class _BaseSVM(BaseEstimator):
         return X, problems.KernelRows(self.kernel_, X)
 
     def _solve(self, qp, rows):
-        return solve(qp, rows, tol=self.tol, shrinking=bool(self.shrinking),
-                     max_iter=self.max_iter)
+        return solve(
+            qp,
+            rows,
+            tol=self.tol,
+            shrinking=bool(self.shrinking),
+            max_iter=self.max_iter,
+        )
 
     def _solve_all(self, qps, rows):
         """The ``Solution`` of every QP, in order (a backend solves them concurrently)."""
@@ -104,12 +136,15 @@ class _BaseSVM(BaseEstimator):
     def _kernel_to_sv(self, X):
         """k(x, s) for the support vectors s, shape (n_samples, n_SV)."""
         check_is_fitted(self, "support_")
-        X = check_samples(X, self.kernel_, "X", accept_sparse=accepts_sparse(self.kernel_))
+        X = check_samples(
+            X, self.kernel_, "X", accept_sparse=accepts_sparse(self.kernel_)
+        )
         if isinstance(self.kernel_, str):
             if X.shape[1] != self.shape_fit_[0]:
                 raise ValueError(
                     f"with kernel='precomputed', X must be K(X_test, X_train) with "
-                    f"{self.shape_fit_[0]} columns; got {X.shape[1]}.")
+                    f"{self.shape_fit_[0]} columns; got {X.shape[1]}."
+                )
             return X[:, self.support_]
         if X.ndim == 2:
             check_n_features(X, self.n_features_in_)
@@ -138,17 +173,23 @@ class _BaseSVC(ClassifierMixin, _BaseSVM):
 
     def _validate_shape(self):
         if self.decision_function_shape not in ("ovr", "ovo"):
-            raise ValueError("decision_function_shape must be 'ovr' or 'ovo'; "
-                             f"got {self.decision_function_shape!r}.")
+            raise ValueError(
+                "decision_function_shape must be 'ovr' or 'ovo'; "
+                f"got {self.decision_function_shape!r}."
+            )
         if not isinstance(self.break_ties, (bool, np.bool_)):
-            raise TypeError(f"break_ties must be True or False; got {self.break_ties!r}.")
+            raise TypeError(
+                f"break_ties must be True or False; got {self.break_ties!r}."
+            )
 
     @restores_on_error
     def fit(self, X, y, sample_weight=None):
         self._validate_shape()
         self._validate_params()
         X_checked = self._validate_X(X)
-        self.classes_, y_index = check_classification_targets(y, X_checked.shape[0], "y")
+        self.classes_, y_index = check_classification_targets(
+            y, X_checked.shape[0], "y"
+        )
         w = self._sample_weight(sample_weight, X_checked.shape[0])
         C_class = self._class_bounds(y_index, len(self.classes_))
         self._check_feasible(y_index, w)
@@ -165,7 +206,8 @@ class _BaseSVC(ClassifierMixin, _BaseSVM):
             self._r.append(s.r)
             n_iter.append(s.n_iter)
         self.support_, self.n_support_, dual_coef = assemble_one_vs_one(
-            y_index, len(self.classes_), coefs)
+            y_index, len(self.classes_), coefs
+        )
         intercept = -np.array(rhos)
         if len(self.classes_) == 2:
             # scikit-learn's sign: a positive decision value means classes_[1].
@@ -181,8 +223,11 @@ class _BaseSVC(ClassifierMixin, _BaseSVM):
         for i, j in pairs(len(self.classes_)):
             idx = np.flatnonzero(((y_index == i) | (y_index == j)) & (w > 0))
             y_pm = np.where(y_index[idx] == i, 1.0, -1.0)
-            qps.append(replace(self._problem(y_pm, C_class[y_index[idx]] * w[idx], w[idx]),
-                               src=idx))
+            qps.append(
+                replace(
+                    self._problem(y_pm, C_class[y_index[idx]] * w[idx], w[idx]), src=idx
+                )
+            )
         return qps
 
     def dual_problems(self, y, sample_weight=None):
@@ -190,7 +235,9 @@ class _BaseSVC(ClassifierMixin, _BaseSVM):
         ``dual_coef_``, ``support_`` and ``intercept_`` (a list of ``DualProblem``):
         what ``kkt_report`` certifies."""
         check_is_fitted(self, "support_")
-        classes, y_index = check_classification_targets(y, len(y) if y is not None else 0, "y")
+        classes, y_index = check_classification_targets(
+            y, len(y) if y is not None else 0, "y"
+        )
         n, n_classes = len(y_index), len(classes)
         w = self._sample_weight(sample_weight, n)
         starts = np.concatenate([[0], np.cumsum(self.n_support_)])
@@ -198,9 +245,12 @@ class _BaseSVC(ClassifierMixin, _BaseSVM):
         dual = -self.dual_coef_ if binary else self.dual_coef_
         intercept = -self.intercept_ if binary else self.intercept_
         out = []
-        for p, ((i, j), qp) in enumerate(zip(
+        for p, ((i, j), qp) in enumerate(
+            zip(
                 pairs(n_classes),
-                self._pair_problems(y_index, self._class_bounds(y_index, n_classes), w))):
+                self._pair_problems(y_index, self._class_bounds(y_index, n_classes), w),
+            )
+        ):
             coef = np.zeros(n)
             si, sj = slice(starts[i], starts[i + 1]), slice(starts[j], starts[j + 1])
             coef[self.support_[si]] = dual[j - 1, si]
@@ -217,10 +267,12 @@ class _BaseSVC(ClassifierMixin, _BaseSVM):
         """Decision value of every binary machine, libsvm's sign (> 0 favours class i
         of pair (i, j)), shape (n_samples, n_pairs)."""
         K_sv = self._kernel_to_sv(X)
-        return ovo_decision(K_sv, -self.dual_coef_ if len(self.classes_) == 2
-                            else self.dual_coef_,
-                            -self.intercept_ if len(self.classes_) == 2 else self.intercept_,
-                            self.n_support_)
+        return ovo_decision(
+            K_sv,
+            -self.dual_coef_ if len(self.classes_) == 2 else self.dual_coef_,
+            -self.intercept_ if len(self.classes_) == 2 else self.intercept_,
+            self.n_support_,
+        )
 
     def _coef_rows(self):
         """Binary: dual_coef_ times the support vectors; multiclass: for pair (i, j)
@@ -232,8 +284,10 @@ class _BaseSVC(ClassifierMixin, _BaseSVM):
         rows = []
         for i, j in pairs(len(self.classes_)):
             si, sj = slice(starts[i], starts[i + 1]), slice(starts[j], starts[j + 1])
-            rows.append(self.dual_coef_[j - 1, si] @ self.support_vectors_[si]
-                        + self.dual_coef_[i, sj] @ self.support_vectors_[sj])
+            rows.append(
+                self.dual_coef_[j - 1, si] @ self.support_vectors_[si]
+                + self.dual_coef_[i, sj] @ self.support_vectors_[sj]
+            )
         return np.vstack(rows)
 
     def _check_separable(self, rows, idx, y_pm):
@@ -243,12 +297,18 @@ class _BaseSVC(ClassifierMixin, _BaseSVM):
 
         K = np.array([rows.row(n)[idx] for n in idx])
         A = -y_pm[:, None] * np.column_stack([K, np.ones(len(idx))])
-        res = linprog(np.zeros(len(idx) + 1), A_ub=A, b_ub=-np.ones(len(idx)),
-                      bounds=(None, None), method="highs")
+        res = linprog(
+            np.zeros(len(idx) + 1),
+            A_ub=A,
+            b_ub=-np.ones(len(idx)),
+            bounds=(None, None),
+            method="highs",
+        )
         if res.status == 2:
             raise ValueError(
                 "C=np.inf asks for the hard-margin SVM, but the classes are not separable in "
-                "the kernel's feature space; use a finite C (the soft margin).")
+                "the kernel's feature space; use a finite C (the soft margin)."
+            )
 
     def decision_function(self, X):
         """Binary: Σ dual_coef k(s, x) + b (> 0 means classes_[1]); multiclass: the
@@ -268,8 +328,10 @@ class _BaseSVC(ClassifierMixin, _BaseSVM):
         than two classes, the class of largest 'ovr' decision value, as scikit-learn.
         """
         if self.break_ties and self.decision_function_shape == "ovo":
-            raise ValueError("break_ties must be False when decision_function_shape is "
-                             "'ovo'; ties are broken by the 'ovr' decision values.")
+            raise ValueError(
+                "break_ties must be False when decision_function_shape is "
+                "'ovo'; ties are broken by the 'ovr' decision values."
+            )
         if self.break_ties and len(self.classes_) > 2:
             return self.classes_[np.argmax(self.decision_function(X), axis=1)]
         K_sv = self._kernel_to_sv(X)
@@ -283,17 +345,44 @@ class _BaseSVC(ClassifierMixin, _BaseSVM):
 class SVC(_BaseSVC):
     """C-support vector classification (labels ``svm-soft-dual``, ``svm-hard-dual``)."""
 
-    def __init__(self, C=1.0, kernel="rbf", degree=3, gamma="scale", coef0=0.0,
-                 shrinking=True, tol=1e-3, cache_size=200, class_weight=None, max_iter=-1,
-                 decision_function_shape="ovr", break_ties=False):
-        self.C, self.kernel, self.degree, self.gamma, self.coef0 = C, kernel, degree, gamma, coef0
+    def __init__(
+        self,
+        C=1.0,
+        kernel="rbf",
+        degree=3,
+        gamma="scale",
+        coef0=0.0,
+        shrinking=True,
+        tol=1e-3,
+        cache_size=200,
+        class_weight=None,
+        max_iter=-1,
+        decision_function_shape="ovr",
+        break_ties=False,
+    ):
+        self.C, self.kernel, self.degree, self.gamma, self.coef0 = (
+            C,
+            kernel,
+            degree,
+            gamma,
+            coef0,
+        )
         self.shrinking, self.tol, self.cache_size = shrinking, tol, cache_size
         self.class_weight, self.max_iter = class_weight, max_iter
-        self.decision_function_shape, self.break_ties = decision_function_shape, break_ties
+        self.decision_function_shape, self.break_ties = (
+            decision_function_shape,
+            break_ties,
+        )
 
     def _validate_params(self):
-        _check_number(self.C, "C", 0, np.inf, allow_inf=True,
-                      hint=" C > 0 weighs the slack; C=np.inf is the hard margin.")
+        _check_number(
+            self.C,
+            "C",
+            0,
+            np.inf,
+            allow_inf=True,
+            hint=" C > 0 weighs the slack; C=np.inf is the hard margin.",
+        )
 
     def _class_bounds(self, y_index, n_classes):
         cw = np.ones(n_classes)
@@ -303,12 +392,18 @@ class SVC(_BaseSVC):
             for label, weight in self.class_weight.items():
                 hits = np.flatnonzero(self.classes_ == label)
                 if len(hits) == 0:
-                    raise ValueError(f"class_weight names the label {label!r}, which is not "
-                                     f"in y; the classes are {self.classes_.tolist()}.")
-                cw[hits[0]] = _check_number(weight, f"class_weight[{label!r}]", 0, np.inf)
+                    raise ValueError(
+                        f"class_weight names the label {label!r}, which is not "
+                        f"in y; the classes are {self.classes_.tolist()}."
+                    )
+                cw[hits[0]] = _check_number(
+                    weight, f"class_weight[{label!r}]", 0, np.inf
+                )
         elif self.class_weight is not None:
-            raise ValueError(f"class_weight must be None, 'balanced' or a dict; "
-                             f"got {self.class_weight!r}.")
+            raise ValueError(
+                f"class_weight must be None, 'balanced' or a dict; "
+                f"got {self.class_weight!r}."
+            )
         return float(self.C) * cw
 
     def _check_feasible(self, y_index, w):
@@ -322,13 +417,34 @@ class NuSVC(SVC):
     """ν-support vector classification (label ``svm-nu-dual``): ν ∈ (0, 1] bounds the
     fraction of margin errors from above and of support vectors from below."""
 
-    def __init__(self, nu=0.5, kernel="rbf", degree=3, gamma="scale", coef0=0.0,
-                 shrinking=True, tol=1e-3, cache_size=200, class_weight=None, max_iter=-1,
-                 decision_function_shape="ovr", break_ties=False):
-        self.nu, self.kernel, self.degree, self.gamma, self.coef0 = nu, kernel, degree, gamma, coef0
+    def __init__(
+        self,
+        nu=0.5,
+        kernel="rbf",
+        degree=3,
+        gamma="scale",
+        coef0=0.0,
+        shrinking=True,
+        tol=1e-3,
+        cache_size=200,
+        class_weight=None,
+        max_iter=-1,
+        decision_function_shape="ovr",
+        break_ties=False,
+    ):
+        self.nu, self.kernel, self.degree, self.gamma, self.coef0 = (
+            nu,
+            kernel,
+            degree,
+            gamma,
+            coef0,
+        )
         self.shrinking, self.tol, self.cache_size = shrinking, tol, cache_size
         self.class_weight, self.max_iter = class_weight, max_iter
-        self.decision_function_shape, self.break_ties = decision_function_shape, break_ties
+        self.decision_function_shape, self.break_ties = (
+            decision_function_shape,
+            break_ties,
+        )
 
     def _validate_params(self):
         _check_number(self.nu, "nu", 0, 1, hint=" ν is a fraction of the training set.")
@@ -348,7 +464,8 @@ class NuSVC(SVC):
                     f"{plain(self.classes_[j])!r}: ν-SVC needs ν < 2 min(n₊, n₋)/n = {limit:.4g}, "
                     "as Σα = νn/2 must fit in each class's box; at equality every multiplier "
                     "of the smaller class is at its bound and the margin is undefined "
-                    "(r = ∞); lower nu.")
+                    "(r = ∞); lower nu."
+                )
 
     def _problem(self, y_pm, C, w):
         return problems.nu_svc(y_pm, self.nu, w)
@@ -378,7 +495,9 @@ class _BaseRegressionLike(_BaseSVM):
             qp, alpha = self._problem(w[keep]), coef[keep]
         else:
             qp = self._problem(check_targets(y, n, "y")[keep], w[keep])
-            alpha = np.concatenate([np.maximum(coef[keep], 0), np.maximum(-coef[keep], 0)])
+            alpha = np.concatenate(
+                [np.maximum(coef[keep], 0), np.maximum(-coef[keep], 0)]
+            )
         qp = replace(qp, src=keep[qp.src])
         return [DualProblem(qp, alpha, -self.intercept_[0], self._r[0])]
 
@@ -394,16 +513,33 @@ class _BaseRegressionLike(_BaseSVM):
 class SVR(RegressorMixin, _BaseRegressionLike):
     """ε-support vector regression (label ``svr-dual``)."""
 
-    def __init__(self, kernel="rbf", degree=3, gamma="scale", coef0=0.0, tol=1e-3, C=1.0,
-                 epsilon=0.1, shrinking=True, cache_size=200, max_iter=-1):
+    def __init__(
+        self,
+        kernel="rbf",
+        degree=3,
+        gamma="scale",
+        coef0=0.0,
+        tol=1e-3,
+        C=1.0,
+        epsilon=0.1,
+        shrinking=True,
+        cache_size=200,
+        max_iter=-1,
+    ):
         self.kernel, self.degree, self.gamma, self.coef0 = kernel, degree, gamma, coef0
         self.tol, self.C, self.epsilon = tol, C, epsilon
         self.shrinking, self.cache_size, self.max_iter = shrinking, cache_size, max_iter
 
     def _validate_params(self):
         _check_number(self.C, "C", 0, np.inf)
-        _check_number(self.epsilon, "epsilon", 0, np.inf, low_open=False,
-                      hint=" ε is the half-width of the insensitive tube.")
+        _check_number(
+            self.epsilon,
+            "epsilon",
+            0,
+            np.inf,
+            low_open=False,
+            hint=" ε is the half-width of the insensitive tube.",
+        )
 
     def _problem(self, z, w):
         return problems.epsilon_svr(z, float(self.C) * w, float(self.epsilon))
@@ -414,7 +550,9 @@ class SVR(RegressorMixin, _BaseRegressionLike):
         X_checked = self._validate_X(X)
         z = check_targets(y, X_checked.shape[0], "y")
         if z.ndim != 1:
-            raise ValueError(f"y must be 1-D of shape (n_samples,); got shape {z.shape}.")
+            raise ValueError(
+                f"y must be 1-D of shape (n_samples,); got shape {z.shape}."
+            )
         w = self._sample_weight(sample_weight, X_checked.shape[0])
         X, rows = self._prepare(X_checked)
         keep = np.flatnonzero(w > 0)
@@ -430,8 +568,19 @@ class SVR(RegressorMixin, _BaseRegressionLike):
 class NuSVR(SVR):
     """ν-support vector regression (label ``nu-svr-dual``): the tube width is learnt."""
 
-    def __init__(self, nu=0.5, C=1.0, kernel="rbf", degree=3, gamma="scale", coef0=0.0,
-                 shrinking=True, tol=1e-3, cache_size=200, max_iter=-1):
+    def __init__(
+        self,
+        nu=0.5,
+        C=1.0,
+        kernel="rbf",
+        degree=3,
+        gamma="scale",
+        coef0=0.0,
+        shrinking=True,
+        tol=1e-3,
+        cache_size=200,
+        max_iter=-1,
+    ):
         self.nu, self.C, self.kernel, self.degree = nu, C, kernel, degree
         self.gamma, self.coef0, self.shrinking, self.tol = gamma, coef0, shrinking, tol
         self.cache_size, self.max_iter = cache_size, max_iter
@@ -450,8 +599,18 @@ class OneClassSVM(_BaseRegressionLike):
 
     _estimator_type = "outlier_detector"
 
-    def __init__(self, kernel="rbf", degree=3, gamma="scale", coef0=0.0, tol=1e-3, nu=0.5,
-                 shrinking=True, cache_size=200, max_iter=-1):
+    def __init__(
+        self,
+        kernel="rbf",
+        degree=3,
+        gamma="scale",
+        coef0=0.0,
+        tol=1e-3,
+        nu=0.5,
+        shrinking=True,
+        cache_size=200,
+        max_iter=-1,
+    ):
         self.kernel, self.degree, self.gamma, self.coef0 = kernel, degree, gamma, coef0
         self.tol, self.nu, self.shrinking = tol, nu, shrinking
         self.cache_size, self.max_iter = cache_size, max_iter

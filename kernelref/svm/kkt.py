@@ -42,8 +42,12 @@ class KKTReport:
 
     @property
     def max_violation(self):
-        arrays = (self.primal_feasibility, self.dual_feasibility,
-                  self.complementary_slackness, self.stationarity)
+        arrays = (
+            self.primal_feasibility,
+            self.dual_feasibility,
+            self.complementary_slackness,
+            self.stationarity,
+        )
         return float(max([self.equality] + [a.max(initial=0.0) for a in arrays]))
 
 
@@ -95,14 +99,23 @@ def _report(qp, alpha, rho, r, K_coef, decision):
     if qp.nu:
         equality = max(equality, abs(alpha.sum() - delta2))
     f_model = K_coef[qp.src] - rho
-    stationarity = np.zeros(len(alpha)) if decision is None else np.abs(decision - f_model)
+    stationarity = (
+        np.zeros(len(alpha)) if decision is None else np.abs(decision - f_model)
+    )
     xi = np.maximum(-g, 0.0)
     penalty = np.where(np.isfinite(qp.C), qp.C * xi, np.where(xi > 0, np.inf, 0.0))
     quad = alpha @ (G - qp.p)
     f = 0.5 * quad + qp.p @ alpha
     primal_objective = 0.5 * quad + penalty.sum() - rho * delta - r * delta2
-    return KKTReport(primal, box, slack, stationarity, float(equality),
-                     float(primal_objective), float(-f))
+    return KKTReport(
+        primal,
+        box,
+        slack,
+        stationarity,
+        float(equality),
+        float(primal_objective),
+        float(-f),
+    )
 
 
 #: Rows of the Gram matrix formed at a time by ``gram_product``.
@@ -112,6 +125,7 @@ PRODUCT_ROWS = 1024
 def gram_product(kernel, X):
     """coef ↦ K @ coef for K = k(X, X), formed ``PRODUCT_ROWS`` rows at a time, so
     no N × N array is ever held; ``kernel="precomputed"`` takes X as K."""
+
     def product(coef):
         if isinstance(kernel, str):
             return X @ coef
@@ -121,10 +135,13 @@ def gram_product(kernel, X):
             rows = slice(start, start + PRODUCT_ROWS)
             out[rows] = kernel(X[rows], X[used]) @ coef[used]
         return out
+
     return product
 
 
-def kkt_report(estimator, X, y=None, sample_weight=None, *, product=None, decision=None):
+def kkt_report(
+    estimator, X, y=None, sample_weight=None, *, product=None, decision=None
+):
     """KKTReport of a fitted SVC, NuSVC, SVR, NuSVR or OneClassSVM on its training data.
 
     The estimator provides two public methods: ``dual_problems(y, sample_weight)``,
@@ -140,14 +157,23 @@ def kkt_report(estimator, X, y=None, sample_weight=None, *, product=None, decisi
     X = check_samples(X, estimator.kernel_, "X")
     problems_ = estimator.dual_problems(y, sample_weight)
     n = X.shape[0]
-    coef = np.column_stack([
-        np.bincount(d.qp.src, weights=d.qp.y * _snap_to_bounds(d.alpha, d.qp.C),
-                    minlength=n) for d in problems_])
+    coef = np.column_stack(
+        [
+            np.bincount(
+                d.qp.src, weights=d.qp.y * _snap_to_bounds(d.alpha, d.qp.C), minlength=n
+            )
+            for d in problems_
+        ]
+    )
     K_coef = (product or gram_product(estimator.kernel_, X))(coef)
     if decision is None:
         decision = estimator.pairwise_decision(X)
-    reports = [_report(d.qp, d.alpha, d.rho, d.r, K_coef[:, p], d.scale * decision[d.qp.src, p])
-               for p, d in enumerate(problems_)]
+    reports = [
+        _report(
+            d.qp, d.alpha, d.rho, d.r, K_coef[:, p], d.scale * decision[d.qp.src, p]
+        )
+        for p, d in enumerate(problems_)
+    ]
     worst = max(reports, key=lambda rep: rep.max_violation)
     worst.pair_reports = reports
     return worst

@@ -22,8 +22,15 @@ from kernelref._validation import (
 from kernelref.base import BaseEstimator, ClassifierMixin, restores_on_error
 from kernelref.kernels import accepts_sparse
 
-__all__ = ["OneVsRestClassifier", "assemble_one_vs_one", "ovo_coefficients", "ovo_decision", "ovo_vote",
-           "ovr_from_ovo", "pairs"]
+__all__ = [
+    "OneVsRestClassifier",
+    "assemble_one_vs_one",
+    "ovo_coefficients",
+    "ovo_decision",
+    "ovo_vote",
+    "ovr_from_ovo",
+    "pairs",
+]
 
 
 def pairs(n_classes):
@@ -40,9 +47,13 @@ def assemble_one_vs_one(y_index, n_classes, pair_coefs):
     for coefs in pair_coefs:
         for n, c in coefs.items():
             used[n] |= c != 0
-    support = np.concatenate([np.flatnonzero(used & (y_index == c)) for c in range(n_classes)])
-    n_support = np.array([np.count_nonzero(used & (y_index == c)) for c in range(n_classes)],
-                         dtype=np.int32)
+    support = np.concatenate(
+        [np.flatnonzero(used & (y_index == c)) for c in range(n_classes)]
+    )
+    n_support = np.array(
+        [np.count_nonzero(used & (y_index == c)) for c in range(n_classes)],
+        dtype=np.int32,
+    )
     position = {int(n): k for k, n in enumerate(support)}
     dual_coef = np.zeros((n_classes - 1, len(support)))
     for (i, j), coefs in zip(pairs(n_classes), pair_coefs):
@@ -131,7 +142,9 @@ class OneVsRestClassifier(ClassifierMixin, BaseEstimator):
         X = check_samples(X, kernel, "X", accept_sparse=accepts_sparse(kernel))
         if X.ndim == 2 and hasattr(self, "n_features_in_"):
             check_n_features(X, self.n_features_in_)
-        D = np.column_stack([np.ravel(m.decision_function(X)) for m in self.estimators_])
+        D = np.column_stack(
+            [np.ravel(m.decision_function(X)) for m in self.estimators_]
+        )
         return np.column_stack([-D[:, 0], D[:, 0]]) if len(self.classes_) == 2 else D
 
     def decision_function(self, X):

@@ -27,13 +27,25 @@ import numpy as np
 from scipy.special import expit
 
 from kernelref._validation import (
-    check_classification_targets, check_integer, check_is_fitted, check_n_features,
-    check_samples, record_n_features)
+    check_classification_targets,
+    check_integer,
+    check_is_fitted,
+    check_n_features,
+    check_samples,
+    record_n_features,
+)
 from kernelref.base import BaseEstimator, ClassifierMixin, restores_on_error
 
-__all__ = ["PlattCalibrated", "coupling_matrix", "cross_validated_decision",
-           "pairwise_coupling", "platt_objective", "platt_targets", "sigmoid_predict",
-           "sigmoid_train"]
+__all__ = [
+    "PlattCalibrated",
+    "coupling_matrix",
+    "cross_validated_decision",
+    "pairwise_coupling",
+    "platt_objective",
+    "platt_targets",
+    "sigmoid_predict",
+    "sigmoid_train",
+]
 
 # Lin, Lin & Weng (2007), Algorithm 1: at most 100 Newton steps; a step shorter than
 # 1e-10 means the line search has failed; σ = 1e-12 keeps the Hessian positive definite
@@ -53,7 +65,9 @@ def platt_targets(y):
     (in label ``platt-objective``): the posterior mean of a Bernoulli under a uniform prior."""
     n_positive = np.count_nonzero(y == 1)
     n_negative = len(y) - n_positive
-    return np.where(y == 1, (n_positive + 1.0) / (n_positive + 2.0), 1.0 / (n_negative + 2.0))
+    return np.where(
+        y == 1, (n_positive + 1.0) / (n_positive + 2.0), 1.0 / (n_negative + 2.0)
+    )
 
 
 def platt_objective(A, B, f, t):
@@ -85,7 +99,9 @@ def sigmoid_train(f, y):
         if np.all(np.abs(gradient) < GRADIENT_TOLERANCE):
             return A, B, n_iter
         w = p * (1.0 - p)
-        H = np.array([[f * f @ w + HESSIAN_RIDGE, f @ w], [f @ w, w.sum() + HESSIAN_RIDGE]])
+        H = np.array(
+            [[f * f @ w + HESSIAN_RIDGE, f @ w], [f @ w, w.sum() + HESSIAN_RIDGE]]
+        )
         direction = -np.linalg.solve(H, gradient)
         slope = gradient @ direction
         step = 1.0
@@ -97,12 +113,19 @@ def sigmoid_train(f, y):
                 break
             step /= 2.0
         else:
-            warnings.warn("Platt scaling: the line search failed to decrease the "
-                          "cross-entropy; (A, B) are the last accepted values.",
-                          RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                "Platt scaling: the line search failed to decrease the "
+                "cross-entropy; (A, B) are the last accepted values.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
             return A, B, n_iter + 1
-    warnings.warn(f"Platt scaling: Newton's method reached {MAX_NEWTON_STEPS} steps "
-                  "without converging.", RuntimeWarning, stacklevel=2)
+    warnings.warn(
+        f"Platt scaling: Newton's method reached {MAX_NEWTON_STEPS} steps "
+        "without converging.",
+        RuntimeWarning,
+        stacklevel=2,
+    )
     return A, B, MAX_NEWTON_STEPS
 
 
@@ -201,7 +224,9 @@ class PlattCalibrated(ClassifierMixin, BaseEstimator):
         (A, B) of each sigmoid, in the order of ``estimators_``.
     """
 
-    def __init__(self, estimator, cv=5, random_state=None, decision_function_shape="ovo"):
+    def __init__(
+        self, estimator, cv=5, random_state=None, decision_function_shape="ovo"
+    ):
         self.estimator = estimator
         self.cv = cv
         self.random_state = random_state
@@ -212,14 +237,21 @@ class PlattCalibrated(ClassifierMixin, BaseEstimator):
             if not callable(getattr(self.estimator, method, None)):
                 raise TypeError(
                     f"estimator must be a classifier with fit and decision_function; "
-                    f"{type(self.estimator).__name__} has no {method}.")
+                    f"{type(self.estimator).__name__} has no {method}."
+                )
         check_integer(self.cv, "cv", low=2, meaning="It is the number of folds.")
         if self.decision_function_shape not in ("ovo", "ovr"):
-            raise ValueError("decision_function_shape must be 'ovo' or 'ovr'; "
-                             f"got {self.decision_function_shape!r}.")
-        if self.random_state is not None and not isinstance(self.random_state, numbers.Integral):
-            raise TypeError(f"random_state must be None or an integer seed; got "
-                            f"{self.random_state!r}.")
+            raise ValueError(
+                "decision_function_shape must be 'ovo' or 'ovr'; "
+                f"got {self.decision_function_shape!r}."
+            )
+        if self.random_state is not None and not isinstance(
+            self.random_state, numbers.Integral
+        ):
+            raise TypeError(
+                f"random_state must be None or an integer seed; got "
+                f"{self.random_state!r}."
+            )
         X = check_samples(X, getattr(self.estimator, "kernel", None), "X")
         classes, y_index = check_classification_targets(y, X.shape[0], "y")
         counts = np.bincount(y_index)
@@ -227,7 +259,8 @@ class PlattCalibrated(ClassifierMixin, BaseEstimator):
             raise ValueError(
                 f"y has {counts.min()} samples of class {classes[counts.argmin()]!r}, fewer "
                 f"than cv={self.cv} folds; every class needs at least cv samples. "
-                "Lower cv or collect more samples of that class.")
+                "Lower cv or collect more samples of that class."
+            )
         return X, classes, y_index
 
     @restores_on_error
@@ -267,7 +300,9 @@ class PlattCalibrated(ClassifierMixin, BaseEstimator):
         X = check_samples(X, getattr(self.estimator, "kernel", None), "X")
         if X.ndim == 2:
             check_n_features(X, self.n_features_in_)
-        f = np.column_stack([np.ravel(m.decision_function(X)) for m in self.estimators_])
+        f = np.column_stack(
+            [np.ravel(m.decision_function(X)) for m in self.estimators_]
+        )
         return f[:, 0] if len(self.classes_) == 2 else f
 
     def predict_proba(self, X):

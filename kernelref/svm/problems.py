@@ -28,8 +28,18 @@ import scipy.sparse as sp
 from kernelref._validation import check_gram, check_symmetric
 from kernelref.kernels import RBF, Linear, Polynomial, Sigmoid
 
-__all__ = ["QP", "ROW_CACHE_BYTES", "KernelRows", "c_svc", "dual_objective", "epsilon_svr",
-           "gradient", "nu_svc", "nu_svr", "one_class"]
+__all__ = [
+    "QP",
+    "ROW_CACHE_BYTES",
+    "KernelRows",
+    "c_svc",
+    "dual_objective",
+    "epsilon_svr",
+    "gradient",
+    "nu_svc",
+    "nu_svr",
+    "one_class",
+]
 
 # The Gram rows are cached in float64 up to this many bytes: 4 GiB holds every row
 # for N ≤ 23 170 (N = 20 000 takes 3.2 GB). Beyond it rows are recomputed on demand.
@@ -64,8 +74,14 @@ def _greedy_fill(total, C):
 def c_svc(y, C):
     """C-SVC (label ``svm-soft-dual``): p = −1, bounds C_t, start at 0."""
     n = len(y)
-    return QP(p=-np.ones(n), y=np.asarray(y, float), C=np.asarray(C, float),
-              alpha0=np.zeros(n), src=np.arange(n), nu=False)
+    return QP(
+        p=-np.ones(n),
+        y=np.asarray(y, float),
+        C=np.asarray(C, float),
+        alpha0=np.zeros(n),
+        src=np.arange(n),
+        nu=False,
+    )
 
 
 def nu_svc(y, nu, w):
@@ -78,15 +94,28 @@ def nu_svc(y, nu, w):
     for cls in (1.0, -1.0):
         members = np.flatnonzero(y == cls)
         alpha0[members] = _greedy_fill(half, w[members])
-    return QP(p=np.zeros(len(y)), y=y, C=w.copy(), alpha0=alpha0, src=np.arange(len(y)), nu=True)
+    return QP(
+        p=np.zeros(len(y)),
+        y=y,
+        C=w.copy(),
+        alpha0=alpha0,
+        src=np.arange(len(y)),
+        nu=True,
+    )
 
 
 def one_class(nu, w):
     """One-class SVM (label ``svm-one-class-dual``): y = +1, bounds w_t, Σα = ν Σw."""
     w = np.asarray(w, float)
     n = len(w)
-    return QP(p=np.zeros(n), y=np.ones(n), C=w.copy(), alpha0=_greedy_fill(nu * w.sum(), w),
-              src=np.arange(n), nu=False)
+    return QP(
+        p=np.zeros(n),
+        y=np.ones(n),
+        C=w.copy(),
+        alpha0=_greedy_fill(nu * w.sum(), w),
+        src=np.arange(n),
+        nu=False,
+    )
 
 
 def epsilon_svr(z, C, epsilon):
@@ -94,9 +123,14 @@ def epsilon_svr(z, C, epsilon):
     z = np.asarray(z, float)
     C = np.asarray(C, float)
     n = len(z)
-    return QP(p=np.concatenate([epsilon - z, epsilon + z]),
-              y=np.concatenate([np.ones(n), -np.ones(n)]), C=np.concatenate([C, C]),
-              alpha0=np.zeros(2 * n), src=np.concatenate([np.arange(n)] * 2), nu=False)
+    return QP(
+        p=np.concatenate([epsilon - z, epsilon + z]),
+        y=np.concatenate([np.ones(n), -np.ones(n)]),
+        C=np.concatenate([C, C]),
+        alpha0=np.zeros(2 * n),
+        src=np.concatenate([np.arange(n)] * 2),
+        nu=False,
+    )
 
 
 def nu_svr(z, C, nu):
@@ -105,9 +139,14 @@ def nu_svr(z, C, nu):
     C = np.asarray(C, float)
     n = len(z)
     start = _greedy_fill(nu * C.sum() / 2.0, C)
-    return QP(p=np.concatenate([-z, z]), y=np.concatenate([np.ones(n), -np.ones(n)]),
-              C=np.concatenate([C, C]), alpha0=np.concatenate([start, start]),
-              src=np.concatenate([np.arange(n)] * 2), nu=True)
+    return QP(
+        p=np.concatenate([-z, z]),
+        y=np.concatenate([np.ones(n), -np.ones(n)]),
+        C=np.concatenate([C, C]),
+        alpha0=np.concatenate([start, start]),
+        src=np.concatenate([np.arange(n)] * 2),
+        nu=True,
+    )
 
 
 def gradient(qp, K, alpha):
@@ -137,7 +176,9 @@ def _prefaulted(shape):
     size = int(np.prod(shape)) * 8
     if size == 0 or not hasattr(mmap, "MAP_POPULATE"):
         return np.empty(shape)
-    buffer = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | mmap.MAP_POPULATE)
+    buffer = mmap.mmap(
+        -1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | mmap.MAP_POPULATE
+    )
     return np.frombuffer(buffer, dtype=np.float64).reshape(shape)
 
 
@@ -154,8 +195,11 @@ def _probe_symmetry(kernel, X):
         return
     m = min(SYMMETRY_PROBE, X.shape[0])
     head = X[:m]
-    check_symmetric(check_gram(kernel(head), kernel, (m, m)), "k(X[:m], X[:m])",
-                    f"for the SVM, the kernel {kernel!r}")
+    check_symmetric(
+        check_gram(kernel(head), kernel, (m, m)),
+        "k(X[:m], X[:m])",
+        f"for the SVM, the kernel {kernel!r}",
+    )
 
 
 class KernelRows:
@@ -180,7 +224,9 @@ class KernelRows:
         if self._precomputed:
             self.diag = np.ascontiguousarray(np.diag(X))
             return
-        self.diag = check_gram(kernel.diag(X)[None, :], kernel, (1, n), "the Gram diagonal")[0]
+        self.diag = check_gram(
+            kernel.diag(X)[None, :], kernel, (1, n), "the Gram diagonal"
+        )[0]
         _probe_symmetry(kernel, X)
         self._capacity = int(min(n, max(2, cache_bytes // (8 * n))))
         self._block_rows = max(1, CACHE_BLOCK_BYTES // (8 * n))
@@ -193,14 +239,17 @@ class KernelRows:
             # Rows come from X x_n = Σ_j x_nj X[:, j] over the entries of x_n, so the
             # columns of X are kept in CSC too; no D-long vector is ever formed.
             self.X, self._Xc = X.tocsr(), X.tocsc()
-            self._norms = np.asarray(self.X.multiply(self.X).sum(axis=1), dtype=float).ravel()
+            self._norms = np.asarray(
+                self.X.multiply(self.X).sum(axis=1), dtype=float
+            ).ravel()
         elif self._fast_rbf:
             # Centred once, so that the expansion's cancellation is relative to the
             # data's spread, not to its distance from the origin.
             self._X_centred = X - X.mean(axis=0)
             self._Xt = np.ascontiguousarray(self._X_centred.T)
             self._gamma_norms = kernel.gamma * np.einsum(
-                "ij,ij->i", self._X_centred, self._X_centred)
+                "ij,ij->i", self._X_centred, self._X_centred
+            )
 
     def _compute(self, n, out):
         # Overflow is not warned about: a non-finite row is refused below, by name.
@@ -222,7 +271,7 @@ class KernelRows:
             np.minimum(out, 0.0, out=out)
             np.exp(out, out=out)
         else:
-            row = self.kernel(self.X[n:n + 1], self.X)
+            row = self.kernel(self.X[n : n + 1], self.X)
             out[:] = check_gram(row, self.kernel, (1, len(out)), f"row {n} of K")[0]
 
     def _compute_sparse(self, n, out):
@@ -231,7 +280,7 @@ class KernelRows:
         is one sparse product: the columns of X where x_n has entries."""
         k, kind = self.kernel, type(self.kernel)
         if kind not in (Linear, Polynomial, RBF, Sigmoid):
-            out[:] = k(self.X[n:n + 1], self.X)[0]
+            out[:] = k(self.X[n : n + 1], self.X)[0]
             return
         start, stop = self.X.indptr[n], self.X.indptr[n + 1]
         out[:] = self._Xc[:, self.X.indices[start:stop]] @ self.X.data[start:stop]
@@ -254,7 +303,9 @@ class KernelRows:
         """The cache's storage for `slot`, mapping one more block when needed."""
         block, offset = divmod(slot, self._block_rows)
         while len(self._blocks) <= block:
-            rows = min(self._block_rows, self._capacity - len(self._blocks) * self._block_rows)
+            rows = min(
+                self._block_rows, self._capacity - len(self._blocks) * self._block_rows
+            )
             self._blocks.append(_prefaulted((rows, len(self.diag))))
         return self._blocks[block][offset]
 

@@ -230,8 +230,11 @@ def solve(qp, rows, tol=1e-3, shrinking=True, max_iter=-1, callback=None):
     with ``ConvergenceWarning``); `callback(IterationInfo)` runs after each step.
     """
     n = len(qp.y)
-    order = np.concatenate([np.flatnonzero(qp.y > 0), np.flatnonzero(qp.y < 0)]) \
-        if qp.nu else np.arange(n)
+    order = (
+        np.concatenate([np.flatnonzero(qp.y > 0), np.flatnonzero(qp.y < 0)])
+        if qp.nu
+        else np.arange(n)
+    )
     state = _State(qp, rows, order)
     state.nu = qp.nu
     alpha_full = qp.alpha0.astype(float)
@@ -266,13 +269,23 @@ def solve(qp, rows, tol=1e-3, shrinking=True, max_iter=-1, callback=None):
         alpha_full[state.index[j]] = state.alpha[j]
         it += 1
         if callback is not None:
-            callback(IterationInfo(it, int(state.index[i]), int(state.index[j]),
-                                   alpha_full.copy(), float(gap)))
+            callback(
+                IterationInfo(
+                    it,
+                    int(state.index[i]),
+                    int(state.index[j]),
+                    alpha_full.copy(),
+                    float(gap),
+                )
+            )
     converged = gap < tol
     if not converged:
         warnings.warn(
             f"SMO stopped at max_iter={max_iter} iterations with m(α) − M(α) = {gap:.3g} "
-            f"≥ tol = {tol:g}; raise max_iter or tol.", ConvergenceWarning, stacklevel=3)
+            f"≥ tol = {tol:g}; raise max_iter or tol.",
+            ConvergenceWarning,
+            stacklevel=3,
+        )
     G = -qp.y * reconstruct_gradient(qp, rows, alpha_full)
     rho, r = calculate_rho(qp, alpha_full, G)
     objective = float(0.5 * alpha_full @ (G + qp.p))
@@ -288,13 +301,16 @@ def _check_finite_gap(gap, state):
     raise NonFiniteError(
         f"SMO stopped: the gradient is not finite (m(α) − M(α) = {gap}) at the "
         f"variables of samples {bad.tolist()}; the kernel matrix holds NaN or infinity "
-        "there. Scale X or change the kernel's parameters.")
+        "there. Scale X or change the kernel's parameters."
+    )
 
 
 def _gap(state):
     nyg, n, P = state.neg_yG, len(state.neg_yG), state.n_pos
     blocks = [(0, P), (P, n)] if state.nu else [(0, n)]
-    ext = _extremes(np.where(state.up, nyg, -np.inf), np.where(state.low, nyg, np.inf), blocks)
+    ext = _extremes(
+        np.where(state.up, nyg, -np.inf), np.where(state.low, nyg, np.inf), blocks
+    )
     return max(m - M for _, m, M in ext)
 
 

@@ -16,14 +16,17 @@ def run_python(tmp_path, source):
     """Run `source` as a script in a fresh interpreter; return its stdout."""
     script = tmp_path / "script.py"
     script.write_text(textwrap.dedent(source))
-    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                            timeout=120)
+    result = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     return result.stdout
 
 
 def test_import_starts_nothing(tmp_path):
-    out = run_python(tmp_path, """
+    out = run_python(
+        tmp_path,
+        """
         import threading
         import psutil
         import backends.dask
@@ -36,7 +39,8 @@ def test_import_starts_nothing(tmp_path):
         except ValueError:
             print("no client")
         print(len(psutil.Process().children()), threading.active_count())
-    """)
+    """,
+    )
     client_line, counts = out.split("\n")[:2]
     assert client_line == "no client"
     assert counts == "0 1", "importing the backend started processes or threads"
@@ -51,8 +55,9 @@ def test_address_of_active_client_gives_it_back(client):
 
 
 def test_address_is_honoured(client):
-    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
-                                  dashboard_address=":0") as other:
+    with distributed.LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0"
+    ) as other:
         other_client = get_client(other.scheduler_address)
         try:
             assert other_client.scheduler.address == other.scheduler_address
@@ -75,7 +80,9 @@ def test_embedded_cluster_is_sized_to_machine_and_reused(tmp_path):
 
     n_workers, memory_limit = machine_size()
     assert memory_limit * n_workers == pytest.approx(0.8 * MEMORY_LIMIT, rel=1e-6)
-    out = run_python(tmp_path, """
+    out = run_python(
+        tmp_path,
+        """
         from backends.dask.cluster import get_client
 
         if __name__ == "__main__":
@@ -84,6 +91,6 @@ def test_embedded_cluster_is_sized_to_machine_and_reused(tmp_path):
             workers = client.scheduler_info()["workers"].values()
             print(again is client, len(workers), sorted({w["nthreads"] for w in workers}),
                   sorted({w["memory_limit"] for w in workers}))
-    """)
+    """,
+    )
     assert out.split() == ["True", str(n_workers), "[1]", f"[{memory_limit}]"]
-

@@ -33,18 +33,28 @@ def assert_blocks_match(store, K):
 @pytest.mark.parametrize("compressor", [None, "lz4"])
 def test_blocks_equal_reference_kernel(client, tmp_path, X, compressor):
     kernel = RBF(gamma=0.3)
-    store = GramStore.build(tmp_path / "gram", X, kernel, chunk_size=CHUNK,
-                            compressor=compressor, client=client)
+    store = GramStore.build(
+        tmp_path / "gram",
+        X,
+        kernel,
+        chunk_size=CHUNK,
+        compressor=compressor,
+        client=client,
+    )
     assert store.is_complete
     assert (store.n, store.chunk_size, store.n_blocks) == (N, CHUNK, 4)
     assert store.block(3, 1).shape == (N - 3 * CHUNK, CHUNK)
     assert_blocks_match(store, kernel(X))
-    np.testing.assert_array_equal(np.diag(store.block(3, 3)), kernel.diag(X[3 * CHUNK:]))
+    np.testing.assert_array_equal(
+        np.diag(store.block(3, 3)), kernel.diag(X[3 * CHUNK :])
+    )
 
 
 def test_compressor_is_recorded_in_the_array(client, tmp_path, X):
     plain = GramStore.build(tmp_path / "plain", X, RBF(), chunk_size=CHUNK)
-    packed = GramStore.build(tmp_path / "packed", X, RBF(), chunk_size=CHUNK, compressor="lz4")
+    packed = GramStore.build(
+        tmp_path / "packed", X, RBF(), chunk_size=CHUNK, compressor="lz4"
+    )
     assert plain.array.compressors == ()
     (codec,) = packed.array.compressors
     assert isinstance(codec, zarr.codecs.BloscCodec) and codec.cname.value == "lz4"
@@ -55,9 +65,16 @@ def test_attributes_describe_kernel_and_data(client, tmp_path, X):
     store = GramStore.build(tmp_path / "gram", X, kernel, chunk_size=CHUNK)
     attrs = dict(zarr.open_group(str(tmp_path / "gram"), mode="r").attrs)
     digest = hashlib.sha256(repr((N, D)).encode() + X.tobytes()).hexdigest()
-    assert attrs["kernel"] == {"class": "Polynomial", "params": {
-        "degree": 2, "gamma": 0.5, "coef0": 1.0,
-        "gamma_bounds": [1e-05, 100000.0], "coef0_bounds": [1e-05, 100000.0]}}
+    assert attrs["kernel"] == {
+        "class": "Polynomial",
+        "params": {
+            "degree": 2,
+            "gamma": 0.5,
+            "coef0": 1.0,
+            "gamma_bounds": [1e-05, 100000.0],
+            "coef0_bounds": [1e-05, 100000.0],
+        },
+    }
     assert attrs["data"] == {"sha256": digest, "shape": [N, D], "dtype": "float64"}
     assert (attrs["n"], attrs["chunk_size"], attrs["layout"]) == (N, CHUNK, "lower")
     assert attrs["format_version"] == 1 and attrs["complete"] is True
@@ -79,8 +96,13 @@ def test_complete_store_is_opened_not_recomputed(client, tmp_path, X):
     kernel = RBF(gamma=0.3)
     GramStore.build(tmp_path / "gram", X, kernel, chunk_size=CHUNK)
     calls = []
-    again = GramStore.build(tmp_path / "gram", X, kernel, chunk_size=CHUNK,
-                            progress=lambda done, total: calls.append(done))
+    again = GramStore.build(
+        tmp_path / "gram",
+        X,
+        kernel,
+        chunk_size=CHUNK,
+        progress=lambda done, total: calls.append(done),
+    )
     assert calls == []
     assert again.is_complete
     assert_blocks_match(GramStore.open(tmp_path / "gram", X, kernel), kernel(X))
@@ -93,13 +115,17 @@ def test_store_for_other_data_is_refused(client, tmp_path, X):
     other[7, 1] += 1e-9
     with pytest.raises(ValueError, match="built for other data.*overwrite=True"):
         GramStore.build(tmp_path / "gram", other, kernel, chunk_size=CHUNK)
-    with pytest.raises(ValueError, match="built for other data.*pass the X it was built from"):
+    with pytest.raises(
+        ValueError, match="built for other data.*pass the X it was built from"
+    ):
         GramStore.open(tmp_path / "gram", X=other)
 
 
 def test_store_for_other_kernel_is_refused(client, tmp_path, X):
     GramStore.build(tmp_path / "gram", X, RBF(gamma=0.3), chunk_size=CHUNK)
-    with pytest.raises(ValueError, match="built with kernel.*'gamma': 0.3.*overwrite=True"):
+    with pytest.raises(
+        ValueError, match="built with kernel.*'gamma': 0.3.*overwrite=True"
+    ):
         GramStore.build(tmp_path / "gram", X, RBF(gamma=0.4), chunk_size=CHUNK)
     with pytest.raises(ValueError, match="built with kernel"):
         GramStore.open(tmp_path / "gram", kernel=RBF(gamma=0.4))
@@ -110,7 +136,9 @@ def test_store_for_other_kernel_is_refused(client, tmp_path, X):
 def test_overwrite_rebuilds_for_the_new_kernel(client, tmp_path, X):
     GramStore.build(tmp_path / "gram", X, RBF(gamma=0.3), chunk_size=CHUNK)
     kernel = RBF(gamma=0.4)
-    store = GramStore.build(tmp_path / "gram", X, kernel, chunk_size=CHUNK, overwrite=True)
+    store = GramStore.build(
+        tmp_path / "gram", X, kernel, chunk_size=CHUNK, overwrite=True
+    )
     assert store.attrs["kernel"]["params"]["gamma"] == 0.4
     assert_blocks_match(store, kernel(X))
 
@@ -129,8 +157,9 @@ def test_interrupted_build_is_detected_and_resumed(client, tmp_path, X):
         raise Interrupt
 
     with pytest.raises(Interrupt):
-        GramStore.build(tmp_path / "gram", X, kernel, chunk_size=chunk,
-                        progress=stop_at_first_block)
+        GramStore.build(
+            tmp_path / "gram", X, kernel, chunk_size=chunk, progress=stop_at_first_block
+        )
     half = GramStore(tmp_path / "gram")
     assert not half.is_complete
     missing = half.missing_blocks()
@@ -139,8 +168,13 @@ def test_interrupted_build_is_detected_and_resumed(client, tmp_path, X):
         GramStore.open(tmp_path / "gram")
 
     computed = []
-    store = GramStore.build(tmp_path / "gram", X, kernel, chunk_size=chunk,
-                            progress=lambda done, total: computed.append(total))
+    store = GramStore.build(
+        tmp_path / "gram",
+        X,
+        kernel,
+        chunk_size=chunk,
+        progress=lambda done, total: computed.append(total),
+    )
     assert store.is_complete
     # Only blocks still missing are computed (stragglers may finish meanwhile).
     assert 1 <= computed[-1] <= len(missing)

@@ -19,11 +19,17 @@ def lower_tile_store(path, K, b):
     """K in a Zarr array of b × b chunks with only the tiles on and below the
     diagonal written; the others read as NaN, so reading one would show."""
     n = len(K)
-    A = zarr.create_array(str(path), shape=(n, n), chunks=(b, b), dtype="float64",
-                          fill_value=np.nan, compressors=None)
+    A = zarr.create_array(
+        str(path),
+        shape=(n, n),
+        chunks=(b, b),
+        dtype="float64",
+        fill_value=np.nan,
+        compressors=None,
+    )
     for i in range(0, n, b):
         for j in range(0, i + 1, b):
-            A[i:i + b, j:j + b] = K[i:i + b, j:j + b]
+            A[i : i + b, j : j + b] = K[i : i + b, j : j + b]
     return A
 
 
@@ -32,7 +38,9 @@ def rbf_gram(n, seed=0):
     return RBF(gamma=0.3)(X)
 
 
-@pytest.mark.parametrize("n, b", [(37, 10), (37, 37), (37, 64), (200, 64), (192, 64), (250, 50)])
+@pytest.mark.parametrize(
+    "n, b", [(37, 10), (37, 37), (37, 64), (200, 64), (192, 64), (250, 50)]
+)
 def test_tiled_cholesky_equals_scipy(client, tmp_path, n, b):
     K = rbf_gram(n)
     L = linalg.create_factor(str(tmp_path / "L"), n, b)
@@ -48,7 +56,9 @@ def test_tiled_solve_equals_scipy_solve(client, tmp_path, n, b, n_targets):
     shape = (n,) if n_targets is None else (n, n_targets)
     t = np.random.default_rng(2).normal(size=shape)
     L = linalg.create_factor(str(tmp_path / "L"), n, b)
-    a = linalg.dual_coefficients(lower_tile_store(tmp_path / "K", K, b), t, LAM, L, client)
+    a = linalg.dual_coefficients(
+        lower_tile_store(tmp_path / "K", K, b), t, LAM, L, client
+    )
     expected = scipy.linalg.solve(K + LAM * np.eye(n), t, assume_a="pos")
     assert a.shape == t.shape
     np.testing.assert_allclose(a, expected, rtol=1e-10, atol=1e-10)
@@ -82,7 +92,9 @@ def test_indefinite_matrix_names_the_failing_tile(client, tmp_path):
     K = Sigmoid(gamma=2.0, coef0=-1.0)(X)
     assert np.linalg.eigvalsh(K + 1e-3 * np.eye(60))[0] < 0
     L = linalg.create_factor(str(tmp_path / "L"), 60, 20)
-    with pytest.raises(scipy.linalg.LinAlgError, match="not positive definite.*diagonal tile"):
+    with pytest.raises(
+        scipy.linalg.LinAlgError, match="not positive definite.*diagonal tile"
+    ):
         linalg.tiled_cholesky(lower_tile_store(tmp_path / "K", K, 20), 1e-3, L, client)
 
 

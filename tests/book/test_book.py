@@ -20,12 +20,20 @@ LOG_TAIL_LINES = 80
 
 # `$$ (label)` closes a labelled MyST display equation.
 LABELLED_EQUATION = re.compile(r"^\$\$[ \t]*\(([A-Za-z0-9_:-]+)\)[ \t]*$", re.MULTILINE)
-CODE_CELL = re.compile(r"^```\{code-cell\}[^\n]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
+CODE_CELL = re.compile(
+    r"^```\{code-cell\}[^\n]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL
+)
 ASSERTION = re.compile(r"^(?!\s*#).*(\bassert\b|np\.testing\.assert_)", re.MULTILINE)
 # Hosts that serve JavaScript or fonts; a page that loads from them needs network.
-CDN = re.compile(r"cdn\.jsdelivr|cdnjs\.|unpkg\.com|googleapis|mathjax\.org|https?://cdn\.")
-REMOTE_RESOURCE = re.compile(r"<(?:script|link|img)\b[^>]*\b(?:src|href)=\"(?:https?:)?//[^\"]+\"")
-MATHJAX_SCRIPT = re.compile(r"<script[^>]*\bsrc=\"([^\"]*tex-(?:mml-)?chtml\.js)[^\"]*\"")
+CDN = re.compile(
+    r"cdn\.jsdelivr|cdnjs\.|unpkg\.com|googleapis|mathjax\.org|https?://cdn\."
+)
+REMOTE_RESOURCE = re.compile(
+    r"<(?:script|link|img)\b[^>]*\b(?:src|href)=\"(?:https?:)?//[^\"]+\""
+)
+MATHJAX_SCRIPT = re.compile(
+    r"<script[^>]*\bsrc=\"([^\"]*tex-(?:mml-)?chtml\.js)[^\"]*\""
+)
 
 
 def chapter_sources():
@@ -40,17 +48,21 @@ def equations_without_checks(text):
     missing = []
     for i, label in enumerate(labels):
         end = labels[i + 1].start() if i + 1 < len(labels) else len(text)
-        checked = any(label.end() < start < end and ASSERTION.search(body)
-                      for start, body in cells)
+        checked = any(
+            label.end() < start < end and ASSERTION.search(body)
+            for start, body in cells
+        )
         if not checked:
             missing.append(label.group(1))
     return missing
 
 
 def test_structural_check_detects_a_missing_check():
-    page = ("$$\na = b\n$$ (first)\n\n```{code-cell} ipython3\nx = 1\n```\n\n"
-            "$$\nc = d\n$$ (second)\n\n```{code-cell} ipython3\nassert 1 == 1\n```\n"
-            "$$\ne = f\n$$ (third)\n\n```{code-cell} ipython3\n# assert nothing\n```\n")
+    page = (
+        "$$\na = b\n$$ (first)\n\n```{code-cell} ipython3\nx = 1\n```\n\n"
+        "$$\nc = d\n$$ (second)\n\n```{code-cell} ipython3\nassert 1 == 1\n```\n"
+        "$$\ne = f\n$$ (third)\n\n```{code-cell} ipython3\n# assert nothing\n```\n"
+    )
     assert equations_without_checks(page) == ["first", "third"]
 
 
@@ -59,11 +71,14 @@ def test_every_labelled_equation_is_followed_by_a_check(source):
     missing = equations_without_checks(source.read_text(encoding="utf8"))
     assert not missing, (
         f"{source.name}: no asserting code cell after the equations {missing}; "
-        "add a cell that checks each one before the next labelled equation.")
+        "add a cell that checks each one before the next labelled equation."
+    )
 
 
 def log_tail(completed):
-    return "\n".join((completed.stdout + completed.stderr).splitlines()[-LOG_TAIL_LINES:])
+    return "\n".join(
+        (completed.stdout + completed.stderr).splitlines()[-LOG_TAIL_LINES:]
+    )
 
 
 @pytest.mark.slow
@@ -71,12 +86,14 @@ def log_tail(completed):
 def test_book_builds_without_warnings(book_build):
     completed, html = book_build
     assert completed.returncode == 0, (
-        f"the book build failed (exit code {completed.returncode}):\n{log_tail(completed)}")
+        f"the book build failed (exit code {completed.returncode}):\n{log_tail(completed)}"
+    )
     # Sphinx says "build succeeded, N warnings." when there were any
     assert "build succeeded." in completed.stdout
     assert (html / "index.html").exists()
     assert {"intro.html", "kernels.html", "ridge.html", "nadaraya_watson.html"} <= {
-        p.name for p in html.rglob("*.html")}
+        p.name for p in html.rglob("*.html")
+    }
 
 
 @pytest.mark.slow
@@ -90,12 +107,19 @@ def test_pages_load_mathjax_locally_and_nothing_from_a_cdn(book_build):
     with_math = 0
     for page in pages:
         html = page.read_text(encoding="utf8")
-        assert not CDN.search(html), f"{page.name} references a CDN: {CDN.search(html).group(0)}"
+        assert not CDN.search(html), (
+            f"{page.name} references a CDN: {CDN.search(html).group(0)}"
+        )
         assert not REMOTE_RESOURCE.search(html), (
-            f"{page.name} loads a remote resource: {REMOTE_RESOURCE.search(html).group(0)}")
+            f"{page.name} loads a remote resource: {REMOTE_RESOURCE.search(html).group(0)}"
+        )
         for src in MATHJAX_SCRIPT.findall(html):
             with_math += 1
-            assert (page.parent / src).resolve().is_file(), f"{page.name}: {src} does not exist"
+            assert (page.parent / src).resolve().is_file(), (
+                f"{page.name}: {src} does not exist"
+            )
     assert with_math > 0, "no page loads MathJax"
-    fonts = built_book / "_static" / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2"
+    fonts = (
+        built_book / "_static" / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2"
+    )
     assert any(fonts.glob("*.woff")), "the MathJax fonts were not copied"

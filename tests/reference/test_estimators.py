@@ -15,8 +15,11 @@ rng = np.random.default_rng(0)
 X = rng.normal(size=(60, 3))
 y = np.sin(X[:, 0]) + 0.05 * rng.normal(size=60)
 
-ESTIMATORS = [KernelRidge(lam=0.1, kernel=RBF(0.5)), KernelRidge(kernel="poly", degree=2),
-              NadarayaWatson(gamma=2.0)]
+ESTIMATORS = [
+    KernelRidge(lam=0.1, kernel=RBF(0.5)),
+    KernelRidge(kernel="poly", degree=2),
+    NadarayaWatson(gamma=2.0),
+]
 
 
 @pytest.mark.parametrize("estimator", ESTIMATORS, ids=repr)
@@ -38,8 +41,11 @@ def test_fit_returns_self_and_leaves_parameters_alone(estimator):
 
 
 def test_grid_search_tunes_a_nested_kernel_parameter():
-    search = GridSearchCV(KernelRidge(kernel=RBF(1.0)),
-                          {"kernel__gamma": [0.01, 0.5, 50.0], "lam": [1e-3, 1.0]}, cv=3).fit(X, y)
+    search = GridSearchCV(
+        KernelRidge(kernel=RBF(1.0)),
+        {"kernel__gamma": [0.01, 0.5, 50.0], "lam": [1e-3, 1.0]},
+        cv=3,
+    ).fit(X, y)
     assert search.best_params_["kernel__gamma"] == 0.5
     assert search.best_estimator_.kernel_.gamma == 0.5
 
@@ -60,26 +66,32 @@ def test_predict_before_fit_is_refused():
         KernelRidge().predict(X)
 
 
-@pytest.mark.parametrize("X_bad,y_bad,message", [
-    (np.full((3, 2), np.nan), np.zeros(3), "X contains NaN"),
-    (np.zeros((3, 2)), [0.0, np.inf, 1.0], "y contains NaN or infinity"),
-    (np.zeros((3, 2)), np.zeros(4), "y has 4 rows but X has 3"),
-    (np.zeros((0, 2)), np.zeros(0), "X has 0 samples"),
-    (np.zeros(5), np.zeros(5), "X must be 2-D"),
-    ([["a", "b"]], [1.0], "X must be numeric"),
-])
+@pytest.mark.parametrize(
+    "X_bad,y_bad,message",
+    [
+        (np.full((3, 2), np.nan), np.zeros(3), "X contains NaN"),
+        (np.zeros((3, 2)), [0.0, np.inf, 1.0], "y contains NaN or infinity"),
+        (np.zeros((3, 2)), np.zeros(4), "y has 4 rows but X has 3"),
+        (np.zeros((0, 2)), np.zeros(0), "X has 0 samples"),
+        (np.zeros(5), np.zeros(5), "X must be 2-D"),
+        ([["a", "b"]], [1.0], "X must be numeric"),
+    ],
+)
 def test_bad_training_data_is_refused(X_bad, y_bad, message):
     with pytest.raises((ValueError, TypeError), match=message):
         KernelRidge().fit(X_bad, y_bad)
 
 
-@pytest.mark.parametrize("params,message", [
-    ({"lam": 0.0}, "lam must be a finite number > 0"),
-    ({"lam": -1.0}, "lam must be a finite number > 0"),
-    ({"lam": "big"}, "lam must be a positive number"),
-    ({"kernel": "gauss"}, "kernel must be one of"),
-    ({"gamma": -2.0}, "gamma must be a finite number > 0"),
-])
+@pytest.mark.parametrize(
+    "params,message",
+    [
+        ({"lam": 0.0}, "lam must be a finite number > 0"),
+        ({"lam": -1.0}, "lam must be a finite number > 0"),
+        ({"lam": "big"}, "lam must be a positive number"),
+        ({"kernel": "gauss"}, "kernel must be one of"),
+        ({"gamma": -2.0}, "gamma must be a finite number > 0"),
+    ],
+)
 def test_bad_parameters_are_refused_before_work(params, message):
     with pytest.raises((ValueError, TypeError), match=message):
         KernelRidge(**params).fit(X, y)

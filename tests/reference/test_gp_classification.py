@@ -12,8 +12,13 @@ from sklearn.gaussian_process.kernels import ConstantKernel
 from sklearn.model_selection import GridSearchCV, cross_val_score
 
 from kernelref.gp_classify import (
-    GaussianProcessClassifier, laplace_covariance, laplace_mode, log_evidence_gradient,
-    probit_probability, quadrature_probability)
+    GaussianProcessClassifier,
+    laplace_covariance,
+    laplace_mode,
+    log_evidence_gradient,
+    probit_probability,
+    quadrature_probability,
+)
 from kernelref.kernels import ARD, RBF, Constant, Sigmoid
 from kernelref.laplace import log_likelihood, sigmoid
 
@@ -41,8 +46,10 @@ def length_scale(gamma):
 KERNEL_PAIRS = [
     lambda D: (RBF(0.7), SklearnRBF(length_scale(0.7))),
     lambda D: (3.0 * RBF(0.4), ConstantKernel(3.0) * SklearnRBF(length_scale(0.4))),
-    lambda D: (2.0 * ARD(np.linspace(0.3, 1.5, D)),
-               ConstantKernel(2.0) * SklearnRBF(length_scale(np.linspace(0.3, 1.5, D)))),
+    lambda D: (
+        2.0 * ARD(np.linspace(0.3, 1.5, D)),
+        ConstantKernel(2.0) * SklearnRBF(length_scale(np.linspace(0.3, 1.5, D))),
+    ),
 ]
 DATASETS = [two_moons_ish(), overlapping_1d()]
 
@@ -58,7 +65,8 @@ def test_fixed_hyperparameters_match_scikit_learn(data, pair):
     np.testing.assert_array_equal(ours.classes_, theirs.classes_)
     np.testing.assert_allclose(ours.f_hat_, binary.f_cached, atol=1e-8)
     assert ours.log_marginal_likelihood_value_ == pytest.approx(
-        theirs.log_marginal_likelihood_value_, rel=1e-10)
+        theirs.log_marginal_likelihood_value_, rel=1e-10
+    )
     X_test = np.random.default_rng(7).normal(scale=2, size=(50, X.shape[1]))
     mean, variance = binary.latent_mean_and_variance(X_test)
     np.testing.assert_allclose(ours.decision_function(X_test), mean, atol=1e-8)
@@ -103,26 +111,44 @@ def negative_log_posterior(f, K, t):
 
 def test_laplace_covariance_is_the_inverse_finite_difference_hessian():
     X, y = two_moons_ish(n=8, seed=3)
-    X *= 2.0                                   # spread the points: K well conditioned
+    X *= 2.0  # spread the points: K well conditioned
     K = (2.0 * RBF(0.3))(X)
     t = y.astype(float)
     mode = laplace_mode(K, t)
     n, h = len(t), 1e-3
     E = h * np.eye(n)
-    psi = lambda f: negative_log_posterior(f, K, t)   # noqa: E731
-    H = np.array([[(psi(mode.f + E[i] + E[j]) - psi(mode.f + E[i] - E[j])
-                    - psi(mode.f - E[i] + E[j]) + psi(mode.f - E[i] - E[j])) / (4 * h * h)
-                   for j in range(n)] for i in range(n)])
-    np.testing.assert_allclose(laplace_covariance(K, mode), np.linalg.inv(H), rtol=1e-5, atol=1e-7)
+    psi = lambda f: negative_log_posterior(f, K, t)  # noqa: E731
+    H = np.array(
+        [
+            [
+                (
+                    psi(mode.f + E[i] + E[j])
+                    - psi(mode.f + E[i] - E[j])
+                    - psi(mode.f - E[i] + E[j])
+                    + psi(mode.f - E[i] - E[j])
+                )
+                / (4 * h * h)
+                for j in range(n)
+            ]
+            for i in range(n)
+        ]
+    )
+    np.testing.assert_allclose(
+        laplace_covariance(K, mode), np.linalg.inv(H), rtol=1e-5, atol=1e-7
+    )
 
 
 def gaussian_approximation(K, t, mode):
     """The unnormalised Gaussian that the Laplace method integrates, as a function of f."""
-    precision = np.linalg.inv(K) + np.diag(mode.W_sr ** 2)
-    peak = log_likelihood(mode.f, t) + multivariate_normal(np.zeros(len(t)), K).logpdf(mode.f)
+    precision = np.linalg.inv(K) + np.diag(mode.W_sr**2)
+    peak = log_likelihood(mode.f, t) + multivariate_normal(np.zeros(len(t)), K).logpdf(
+        mode.f
+    )
+
     def density(*f):
         d = np.array(f) - mode.f
         return np.exp(peak - 0.5 * d @ precision @ d)
+
     return density
 
 
@@ -130,8 +156,10 @@ def likelihood_times_prior(K, t):
     """p(t | f) N(f | 0, K), whose integral is the exact evidence."""
     K_inv, log_norm = np.linalg.inv(K), -0.5 * np.linalg.slogdet(2 * np.pi * K)[1]
     sign = 2 * t - 1
-    return lambda *f: np.prod(sigmoid(sign * np.array(f))) * np.exp(
-        log_norm - 0.5 * np.array(f) @ K_inv @ np.array(f))
+    return lambda *f: (
+        np.prod(sigmoid(sign * np.array(f)))
+        * np.exp(log_norm - 0.5 * np.array(f) @ K_inv @ np.array(f))
+    )
 
 
 @pytest.mark.parametrize("n", [1, 2])
@@ -150,20 +178,36 @@ def test_laplace_evidence_is_the_integral_of_its_gaussian(n, capsys):
         assert exact_integral == pytest.approx(0.5, rel=1e-10)
     else:
         # dblquad calls func(inner, outer): swap back to (f1, f2)
-        gaussian_integral = dblquad(lambda f2, f1: gaussian(f1, f2), lo[0], hi[0], lo[1], hi[1],
-                                    epsabs=0, epsrel=1e-10)[0]
-        exact_integral = dblquad(lambda f2, f1: exact(f1, f2), -25, 25, -25, 25,
-                                 epsabs=0, epsrel=1e-10)[0]
+        gaussian_integral = dblquad(
+            lambda f2, f1: gaussian(f1, f2),
+            lo[0],
+            hi[0],
+            lo[1],
+            hi[1],
+            epsabs=0,
+            epsrel=1e-10,
+        )[0]
+        exact_integral = dblquad(
+            lambda f2, f1: exact(f1, f2), -25, 25, -25, 25, epsabs=0, epsrel=1e-10
+        )[0]
     assert np.log(gaussian_integral) == pytest.approx(mode.log_evidence, abs=1e-8)
     with capsys.disabled():
-        print(f"\n  n={n}: log evidence exact {np.log(exact_integral):.6f}, Laplace "
-              f"{mode.log_evidence:.6f}, gap {np.log(exact_integral) - mode.log_evidence:+.2e}")
+        print(
+            f"\n  n={n}: log evidence exact {np.log(exact_integral):.6f}, Laplace "
+            f"{mode.log_evidence:.6f}, gap {np.log(exact_integral) - mode.log_evidence:+.2e}"
+        )
 
 
-@pytest.mark.parametrize("kernel", [
-    3.0 * RBF(0.4), 2.0 * ARD(np.array([0.3, 1.5])), RBF(0.8) + Constant(0.5),
-    (1.5 * RBF(0.2)) * RBF(2.0),
-], ids=["scaled-rbf", "scaled-ard", "rbf-plus-constant", "product"])
+@pytest.mark.parametrize(
+    "kernel",
+    [
+        3.0 * RBF(0.4),
+        2.0 * ARD(np.array([0.3, 1.5])),
+        RBF(0.8) + Constant(0.5),
+        (1.5 * RBF(0.2)) * RBF(2.0),
+    ],
+    ids=["scaled-rbf", "scaled-ard", "rbf-plus-constant", "product"],
+)
 def test_evidence_gradient_matches_finite_differences(kernel):
     X, y = two_moons_ish()
     model = GaussianProcessClassifier(kernel, optimizer=None).fit(X, y)
@@ -171,9 +215,16 @@ def test_evidence_gradient_matches_finite_differences(kernel):
     value, gradient = model.log_marginal_likelihood(theta, eval_gradient=True)
     assert value == pytest.approx(model.log_marginal_likelihood_value_, rel=1e-12)
     h = 1e-5
-    numeric = np.array([
-        (model.log_marginal_likelihood(theta + h * e)
-         - model.log_marginal_likelihood(theta - h * e)) / (2 * h) for e in np.eye(len(theta))])
+    numeric = np.array(
+        [
+            (
+                model.log_marginal_likelihood(theta + h * e)
+                - model.log_marginal_likelihood(theta - h * e)
+            )
+            / (2 * h)
+            for e in np.eye(len(theta))
+        ]
+    )
     np.testing.assert_allclose(gradient, numeric, rtol=1e-6, atol=1e-7)
 
 
@@ -190,10 +241,20 @@ def test_the_sign_of_the_implicit_term_is_decided_by_finite_differences():
     explicit = kernel.gradient_dot(X, 0.5 * (np.outer(mode.a, mode.a) - R))
     flipped = 2 * explicit - full
     h = 1e-5
-    numeric = np.array([
-        (laplace_mode(kernel.clone_with_theta(kernel.theta + h * e)(X), t).log_evidence
-         - laplace_mode(kernel.clone_with_theta(kernel.theta - h * e)(X), t).log_evidence) / (2 * h)
-        for e in np.eye(2)])
+    numeric = np.array(
+        [
+            (
+                laplace_mode(
+                    kernel.clone_with_theta(kernel.theta + h * e)(X), t
+                ).log_evidence
+                - laplace_mode(
+                    kernel.clone_with_theta(kernel.theta - h * e)(X), t
+                ).log_evidence
+            )
+            / (2 * h)
+            for e in np.eye(2)
+        ]
+    )
     assert np.max(np.abs(full - numeric)) < 1e-6
     assert np.max(np.abs(explicit - numeric)) > 1e-2
     assert np.max(np.abs(flipped - numeric)) > 1e-2
@@ -202,9 +263,24 @@ def test_the_sign_of_the_implicit_term_is_decided_by_finite_differences():
 def test_quadrature_is_exact_and_the_probit_approximation_is_close():
     mu = np.linspace(-6, 6, 13)
     for s in [0.0, 0.3, 1.0, 3.0, 10.0, 40.0]:
-        exact = sigmoid(mu) if s == 0 else np.array([
-            quad(lambda z: sigmoid(z) * norm.pdf(z, m, s), m - 40 * s, m + 40 * s,
-                 points=[0.0], epsabs=1e-15, epsrel=1e-13, limit=400)[0] for m in mu])
+        exact = (
+            sigmoid(mu)
+            if s == 0
+            else np.array(
+                [
+                    quad(
+                        lambda z: sigmoid(z) * norm.pdf(z, m, s),
+                        m - 40 * s,
+                        m + 40 * s,
+                        points=[0.0],
+                        epsabs=1e-15,
+                        epsrel=1e-13,
+                        limit=400,
+                    )[0]
+                    for m in mu
+                ]
+            )
+        )
         np.testing.assert_allclose(quadrature_probability(mu, s * s), exact, atol=1e-12)
         # the probit approximation is exact at zero variance and at μ = 0, and
         # within 0.02 everywhere (its worst case is near s ≈ 2, |μ| ≈ 2).
@@ -219,11 +295,18 @@ def test_optimised_evidence_is_at_least_scikit_learns():
     ours = GaussianProcessClassifier(1.0 * RBF(0.5)).fit(X, y)
     theirs = SklearnGPC(ConstantKernel(1.0) * SklearnRBF(length_scale(0.5))).fit(X, y)
     start = GaussianProcessClassifier(1.0 * RBF(0.5), optimizer=None).fit(X, y)
-    assert ours.log_marginal_likelihood_value_ > start.log_marginal_likelihood_value_ + 0.1
-    assert ours.log_marginal_likelihood_value_ >= theirs.log_marginal_likelihood_value_ - 1e-6
+    assert (
+        ours.log_marginal_likelihood_value_ > start.log_marginal_likelihood_value_ + 0.1
+    )
+    assert (
+        ours.log_marginal_likelihood_value_
+        >= theirs.log_marginal_likelihood_value_ - 1e-6
+    )
     _, gradient = ours.log_marginal_likelihood(eval_gradient=True)
-    inside = np.all((ours.kernel_.theta > ours.kernel_.bounds[:, 0] + 1e-3)
-                    & (ours.kernel_.theta < ours.kernel_.bounds[:, 1] - 1e-3))
+    inside = np.all(
+        (ours.kernel_.theta > ours.kernel_.bounds[:, 0] + 1e-3)
+        & (ours.kernel_.theta < ours.kernel_.bounds[:, 1] - 1e-3)
+    )
     assert inside and np.max(np.abs(gradient)) < 1e-3
 
 
@@ -236,8 +319,9 @@ def test_restarts_are_drawn_on_the_log_scale_inside_the_bounds():
         return theta0, fun(theta0)[0]
 
     kernel = 2.0 * RBF(0.5, gamma_bounds=(1e-2, 1e2))
-    GaussianProcessClassifier(kernel, optimizer=recording_optimizer, n_restarts=20,
-                              random_state=0).fit(X, y)
+    GaussianProcessClassifier(
+        kernel, optimizer=recording_optimizer, n_restarts=20, random_state=0
+    ).fit(X, y)
     np.testing.assert_allclose(starts[0][0], kernel.theta)
     drawn = np.array([theta for theta, _ in starts[1:]])
     bounds = starts[0][1]
@@ -245,9 +329,14 @@ def test_restarts_are_drawn_on_the_log_scale_inside_the_bounds():
     assert np.all((drawn >= bounds[:, 0]) & (drawn <= bounds[:, 1]))
     # spread over the log range, e.g. log γ both below and above 0
     assert drawn[:, 1].min() < -1 and drawn[:, 1].max() > 1
-    restarted = GaussianProcessClassifier(kernel, n_restarts=3, random_state=0).fit(X, y)
+    restarted = GaussianProcessClassifier(kernel, n_restarts=3, random_state=0).fit(
+        X, y
+    )
     single = GaussianProcessClassifier(kernel).fit(X, y)
-    assert restarted.log_marginal_likelihood_value_ >= single.log_marginal_likelihood_value_ - 1e-9
+    assert (
+        restarted.log_marginal_likelihood_value_
+        >= single.log_marginal_likelihood_value_ - 1e-9
+    )
 
 
 def test_one_vs_rest_matches_scikit_learn_for_three_classes():
@@ -256,12 +345,14 @@ def test_one_vs_rest_matches_scikit_learn_for_three_classes():
     X = np.vstack([c + rng.normal(size=(15, 2)) for c in centres])
     y = np.repeat([0, 1, 2], 15)
     ours = GaussianProcessClassifier(2.0 * RBF(0.3), optimizer=None).fit(X, y)
-    theirs = SklearnGPC(ConstantKernel(2.0) * SklearnRBF(length_scale(0.3)),
-                        optimizer=None).fit(X, y)
+    theirs = SklearnGPC(
+        ConstantKernel(2.0) * SklearnRBF(length_scale(0.3)), optimizer=None
+    ).fit(X, y)
     for k, estimator in enumerate(theirs.base_estimator_.estimators_):
         np.testing.assert_allclose(ours.f_hat_[:, k], estimator.f_cached, atol=1e-8)
     assert ours.log_marginal_likelihood_value_ == pytest.approx(
-        theirs.log_marginal_likelihood_value_, rel=1e-10)
+        theirs.log_marginal_likelihood_value_, rel=1e-10
+    )
     X_test = rng.uniform(-2, 4, size=(40, 2))
     P = ours.predict_proba(X_test, method="quadrature")
     np.testing.assert_allclose(P.sum(axis=1), 1.0)
@@ -276,7 +367,9 @@ def test_jitter_is_added_to_the_diagonal_and_reported():
     model = GaussianProcessClassifier(kernel, optimizer=None, jitter=0.1).fit(X, y)
     K = kernel(X) + 0.1 * np.eye(len(X))
     assert model.jitter_ == 0.1
-    np.testing.assert_allclose(model.f_hat_, laplace_mode(K, y.astype(float)).f, atol=1e-12)
+    np.testing.assert_allclose(
+        model.f_hat_, laplace_mode(K, y.astype(float)).f, atol=1e-12
+    )
     plain = GaussianProcessClassifier(kernel, optimizer=None).fit(X, y)
     assert np.max(np.abs(model.f_hat_ - plain.f_hat_)) > 1e-3
 
@@ -304,21 +397,42 @@ X_NAN = np.where(np.arange(40).reshape(20, 2) == 5, np.nan, X_OK)
 BOUNDED = RBF(50.0, gamma_bounds=(1e-2, 10.0))
 
 
-@pytest.mark.parametrize("kwargs,X,y,error,match", [
-    ({}, X_NAN, Y_OK, ValueError, "X contains NaN"),
-    ({}, X_OK, np.where(np.arange(20) == 3, np.nan, Y_OK), ValueError, "y contains NaN"),
-    ({}, X_OK, np.zeros(20), ValueError, "single class"),
-    ({}, X_OK, Y_OK[:10], ValueError, "one label per row"),
-    ({"kernel": RBF(1.0, gamma_bounds=(0.0, 10.0))}, X_OK, Y_OK, ValueError, "gamma_bounds"),
-    ({"kernel": RBF(1.0, gamma_bounds=(1e-5, -1.0))}, X_OK, Y_OK, ValueError, "gamma_bounds"),
-    ({"kernel": BOUNDED}, X_OK, Y_OK, ValueError, "outside its bounds"),
-    ({"kernel": "rbf"}, X_OK, Y_OK, TypeError, "kernelref.kernels.Kernel"),
-    ({"jitter": -1e-6}, X_OK, Y_OK, ValueError, "jitter must be"),
-    ({"n_restarts": -1}, X_OK, Y_OK, ValueError, "n_restarts must be"),
-    ({"max_iter_predict": 0}, X_OK, Y_OK, ValueError, "max_iter_predict must be"),
-    ({"optimizer": "bfgs"}, X_OK, Y_OK, ValueError, "optimizer must be"),
-    ({"multi_class": "one_vs_one"}, X_OK, Y_OK, ValueError, "multi_class must be"),
-])
+@pytest.mark.parametrize(
+    "kwargs,X,y,error,match",
+    [
+        ({}, X_NAN, Y_OK, ValueError, "X contains NaN"),
+        (
+            {},
+            X_OK,
+            np.where(np.arange(20) == 3, np.nan, Y_OK),
+            ValueError,
+            "y contains NaN",
+        ),
+        ({}, X_OK, np.zeros(20), ValueError, "single class"),
+        ({}, X_OK, Y_OK[:10], ValueError, "one label per row"),
+        (
+            {"kernel": RBF(1.0, gamma_bounds=(0.0, 10.0))},
+            X_OK,
+            Y_OK,
+            ValueError,
+            "gamma_bounds",
+        ),
+        (
+            {"kernel": RBF(1.0, gamma_bounds=(1e-5, -1.0))},
+            X_OK,
+            Y_OK,
+            ValueError,
+            "gamma_bounds",
+        ),
+        ({"kernel": BOUNDED}, X_OK, Y_OK, ValueError, "outside its bounds"),
+        ({"kernel": "rbf"}, X_OK, Y_OK, TypeError, "kernelref.kernels.Kernel"),
+        ({"jitter": -1e-6}, X_OK, Y_OK, ValueError, "jitter must be"),
+        ({"n_restarts": -1}, X_OK, Y_OK, ValueError, "n_restarts must be"),
+        ({"max_iter_predict": 0}, X_OK, Y_OK, ValueError, "max_iter_predict must be"),
+        ({"optimizer": "bfgs"}, X_OK, Y_OK, ValueError, "optimizer must be"),
+        ({"multi_class": "one_vs_one"}, X_OK, Y_OK, ValueError, "multi_class must be"),
+    ],
+)
 def test_bad_input_is_refused_with_a_clear_message(kwargs, X, y, error, match):
     with pytest.raises(error, match=match):
         GaussianProcessClassifier(**kwargs).fit(X, y)
@@ -333,7 +447,9 @@ def test_the_binary_core_refuses_labels_that_are_not_zero_and_one():
 
 def test_an_indefinite_kernel_is_refused():
     kernel = 40.0 * Sigmoid(gamma=1.0, coef0=-1.0)
-    assert np.linalg.eigvalsh(kernel(X_OK)).min() < -4     # so I + K/4 is indefinite at f = 0
+    assert (
+        np.linalg.eigvalsh(kernel(X_OK)).min() < -4
+    )  # so I + K/4 is indefinite at f = 0
     with pytest.raises(ValueError, match="not positive semi-definite"):
         GaussianProcessClassifier(kernel, optimizer=None).fit(X_OK, Y_OK)
 

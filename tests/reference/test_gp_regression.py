@@ -9,7 +9,11 @@ from sklearn.gaussian_process import GaussianProcessRegressor as SklearnGPR
 from sklearn.gaussian_process.kernels import RBF as SklearnRBF
 from sklearn.gaussian_process.kernels import ConstantKernel, WhiteKernel
 
-from kernelref.gp import GaussianProcessRegressor, NotPositiveDefiniteError, sample_prior
+from kernelref.gp import (
+    GaussianProcessRegressor,
+    NotPositiveDefiniteError,
+    sample_prior,
+)
 from kernelref.kernels import ARD, RBF, ExponentialQuadratic, Kernel, Sigmoid, White
 from kernelref.ridge import KernelRidge
 
@@ -35,14 +39,21 @@ def length_scale(gamma):
 # (ours, scikit-learn's, d log(their θ)/d log(our θ) for each entry of θ)
 # log γ = −log 2 − 2 log ℓ, so ∂/∂log γ = −½ ∂/∂log ℓ.
 PAIRS = {
-    "scaled-rbf": (2.0 * RBF(0.3), ConstantKernel(2.0) * SklearnRBF(length_scale(0.3)),
-                   np.array([1.0, -0.5])),
-    "scaled-ard": (1.5 * ARD(np.array([0.2, 1.0, 0.05])),
-                   ConstantKernel(1.5) * SklearnRBF(length_scale([0.2, 1.0, 0.05])),
-                   np.array([1.0, -0.5, -0.5, -0.5])),
-    "rbf-plus-white": (2.0 * RBF(0.3) + White(0.05),
-                       ConstantKernel(2.0) * SklearnRBF(length_scale(0.3)) + WhiteKernel(0.05),
-                       np.array([1.0, -0.5, 1.0])),
+    "scaled-rbf": (
+        2.0 * RBF(0.3),
+        ConstantKernel(2.0) * SklearnRBF(length_scale(0.3)),
+        np.array([1.0, -0.5]),
+    ),
+    "scaled-ard": (
+        1.5 * ARD(np.array([0.2, 1.0, 0.05])),
+        ConstantKernel(1.5) * SklearnRBF(length_scale([0.2, 1.0, 0.05])),
+        np.array([1.0, -0.5, -0.5, -0.5]),
+    ),
+    "rbf-plus-white": (
+        2.0 * RBF(0.3) + White(0.05),
+        ConstantKernel(2.0) * SklearnRBF(length_scale(0.3)) + WhiteKernel(0.05),
+        np.array([1.0, -0.5, 1.0]),
+    ),
 }
 
 
@@ -55,19 +66,27 @@ def data_for(name):
 def test_evidence_and_gradient_equal_scikit_learn(name, normalize_y):
     ours_kernel, their_kernel, chain = PAIRS[name]
     X, y = data_for(name)
-    ours = GaussianProcessRegressor(ours_kernel, noise=0.01, optimizer=None,
-                                    normalize_y=normalize_y).fit(X, y)
-    theirs = SklearnGPR(their_kernel, alpha=0.01, optimizer=None, normalize_y=normalize_y).fit(X, y)
+    ours = GaussianProcessRegressor(
+        ours_kernel, noise=0.01, optimizer=None, normalize_y=normalize_y
+    ).fit(X, y)
+    theirs = SklearnGPR(
+        their_kernel, alpha=0.01, optimizer=None, normalize_y=normalize_y
+    ).fit(X, y)
     assert ours.log_marginal_likelihood_value_ == pytest.approx(
-        theirs.log_marginal_likelihood_value_, rel=1e-10)
+        theirs.log_marginal_likelihood_value_, rel=1e-10
+    )
     # also away from the fitted point: shift every log-hyperparameter
     shift = np.linspace(-0.4, 0.6, len(chain))
-    lml, grad = ours.log_marginal_likelihood(ours.kernel_.theta + shift, eval_gradient=True)
+    lml, grad = ours.log_marginal_likelihood(
+        ours.kernel_.theta + shift, eval_gradient=True
+    )
     their_lml, their_grad = theirs.log_marginal_likelihood(
-        theirs.kernel_.theta + chain * shift, eval_gradient=True)
+        theirs.kernel_.theta + chain * shift, eval_gradient=True
+    )
     assert lml == pytest.approx(their_lml, rel=1e-8)
-    np.testing.assert_allclose(grad, chain * their_grad, rtol=1e-8,
-                               atol=1e-8 * np.abs(their_grad).max())
+    np.testing.assert_allclose(
+        grad, chain * their_grad, rtol=1e-8, atol=1e-8 * np.abs(their_grad).max()
+    )
 
 
 @pytest.mark.parametrize("normalize_y", [False, True])
@@ -75,22 +94,33 @@ def test_evidence_and_gradient_equal_scikit_learn(name, normalize_y):
 def test_predictions_equal_scikit_learn(name, normalize_y):
     ours_kernel, their_kernel, _ = PAIRS[name]
     X, y = data_for(name)
-    ours = GaussianProcessRegressor(ours_kernel, noise=0.01, optimizer=None,
-                                    normalize_y=normalize_y).fit(X, y)
-    theirs = SklearnGPR(their_kernel, alpha=0.01, optimizer=None, normalize_y=normalize_y).fit(X, y)
+    ours = GaussianProcessRegressor(
+        ours_kernel, noise=0.01, optimizer=None, normalize_y=normalize_y
+    ).fit(X, y)
+    theirs = SklearnGPR(
+        their_kernel, alpha=0.01, optimizer=None, normalize_y=normalize_y
+    ).fit(X, y)
     X_test = np.concatenate([X[:7] + 0.1, X[-3:]])
-    np.testing.assert_allclose(ours.predict(X_test), theirs.predict(X_test), rtol=1e-8, atol=1e-8)
+    np.testing.assert_allclose(
+        ours.predict(X_test), theirs.predict(X_test), rtol=1e-8, atol=1e-8
+    )
     for option in ({"return_std": True}, {"return_cov": True}):
-        for a, b in zip(ours.predict(X_test, **option), theirs.predict(X_test, **option)):
+        for a, b in zip(
+            ours.predict(X_test, **option), theirs.predict(X_test, **option)
+        ):
             np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-8)
 
 
-@pytest.mark.parametrize("kernel", [
-    2.0 * RBF(0.3),
-    1.5 * ARD(np.array([0.2, 1.0, 0.05])),
-    ExponentialQuadratic(1.0, 2.0, 0.5, 0.2),
-    RBF(0.5) * ExponentialQuadratic(1.0, 0.5, 0.1, 0.0) + White(0.1),
-], ids=["scaled-rbf", "scaled-ard", "theta0-theta3", "product-plus-white"])
+@pytest.mark.parametrize(
+    "kernel",
+    [
+        2.0 * RBF(0.3),
+        1.5 * ARD(np.array([0.2, 1.0, 0.05])),
+        ExponentialQuadratic(1.0, 2.0, 0.5, 0.2),
+        RBF(0.5) * ExponentialQuadratic(1.0, 0.5, 0.1, 0.0) + White(0.1),
+    ],
+    ids=["scaled-rbf", "scaled-ard", "theta0-theta3", "product-plus-white"],
+)
 def test_evidence_gradient_matches_finite_differences(kernel):
     X, y = five_d()
     model = GaussianProcessRegressor(kernel, noise=0.01, optimizer=None).fit(X, y[:, 0])
@@ -103,9 +133,12 @@ def test_evidence_gradient_matches_finite_differences(kernel):
 def test_evidence_gradient_never_builds_the_gradient_array(monkeypatch):
     def refuse(self, X):
         raise AssertionError("the (p, n, n) gradient array was built")
+
     monkeypatch.setattr(Kernel, "gradient", refuse)
     X, y = five_d()
-    model = GaussianProcessRegressor(1.5 * ARD(np.ones(3)) + White(0.1), noise=0.01).fit(X, y)
+    model = GaussianProcessRegressor(
+        1.5 * ARD(np.ones(3)) + White(0.1), noise=0.01
+    ).fit(X, y)
     _, grad = model.log_marginal_likelihood(eval_gradient=True)
     assert grad.shape == (5,)
 
@@ -116,24 +149,37 @@ def test_optimised_evidence_is_at_least_scikit_learns(name):
     X, y = data_for(name)
     ours = GaussianProcessRegressor(ours_kernel, noise=0.01, n_restarts=0).fit(X, y)
     theirs = SklearnGPR(their_kernel, alpha=0.01, n_restarts_optimizer=0).fit(X, y)
-    initial = GaussianProcessRegressor(ours_kernel, noise=0.01, optimizer=None).fit(X, y)
+    initial = GaussianProcessRegressor(ours_kernel, noise=0.01, optimizer=None).fit(
+        X, y
+    )
     assert ours.log_marginal_likelihood_value_ > initial.log_marginal_likelihood_value_
     # both stop at L-BFGS-B's tolerance (relative decrease 2.2e-9)
     assert ours.log_marginal_likelihood_value_ >= (
-        theirs.log_marginal_likelihood_value_ - 1e-7 * abs(theirs.log_marginal_likelihood_value_))
+        theirs.log_marginal_likelihood_value_
+        - 1e-7 * abs(theirs.log_marginal_likelihood_value_)
+    )
     _, grad = ours.log_marginal_likelihood(eval_gradient=True)
-    assert np.abs(grad).max() < 1e-3 * max(1.0, abs(ours.log_marginal_likelihood_value_))
+    assert np.abs(grad).max() < 1e-3 * max(
+        1.0, abs(ours.log_marginal_likelihood_value_)
+    )
 
 
 def test_restarts_are_reproducible_and_never_lower_the_evidence():
     X, y = sinusoid(30)
-    kernel = 1.0 * RBF(50.0, gamma_bounds=(1e-3, 1e3)) + White(1.0, noise_level_bounds=(1e-4, 10))
+    kernel = 1.0 * RBF(50.0, gamma_bounds=(1e-3, 1e3)) + White(
+        1.0, noise_level_bounds=(1e-4, 10)
+    )
     single = GaussianProcessRegressor(kernel).fit(X, y)
-    runs = [GaussianProcessRegressor(kernel, n_restarts=3, random_state=7).fit(X, y)
-            for _ in range(2)]
-    assert runs[0].log_marginal_likelihood_value_ >= single.log_marginal_likelihood_value_ - 1e-9
+    runs = [
+        GaussianProcessRegressor(kernel, n_restarts=3, random_state=7).fit(X, y)
+        for _ in range(2)
+    ]
+    assert (
+        runs[0].log_marginal_likelihood_value_
+        >= single.log_marginal_likelihood_value_ - 1e-9
+    )
     np.testing.assert_array_equal(runs[0].kernel_.theta, runs[1].kernel_.theta)
-    assert kernel.theta == pytest.approx(np.log([1.0, 50.0, 1.0]))   # fit left it alone
+    assert kernel.theta == pytest.approx(np.log([1.0, 50.0, 1.0]))  # fit left it alone
 
 
 def test_zero_predictive_variance_at_noise_free_training_points():
@@ -143,9 +189,9 @@ def test_zero_predictive_variance_at_noise_free_training_points():
     model = GaussianProcessRegressor(RBF(0.5), noise=1e-10, optimizer=None).fit(X, y)
     mean, std = model.predict(X, return_std=True)
     np.testing.assert_allclose(mean, y, atol=1e-6)
-    assert np.max(std ** 2) < 1e-8
+    assert np.max(std**2) < 1e-8
     _, std_away = model.predict(X.max(axis=0, keepdims=True) + 1.5, return_std=True)
-    assert std_away[0] > 0.5                # the variance is small only at the data
+    assert std_away[0] > 0.5  # the variance is small only at the data
 
 
 def test_gp_mean_equals_kernel_ridge_with_lambda_equal_to_noise():
@@ -155,15 +201,20 @@ def test_gp_mean_equals_kernel_ridge_with_lambda_equal_to_noise():
     ridge = KernelRidge(lam=0.3, kernel=kernel).fit(X, y)
     np.testing.assert_allclose(gp.alpha_, ridge.dual_coef_, rtol=1e-10, atol=1e-12)
     X_test = X[::5] + 0.2
-    np.testing.assert_allclose(gp.predict(X_test), ridge.predict(X_test), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        gp.predict(X_test), ridge.predict(X_test), rtol=1e-10, atol=1e-12
+    )
 
 
 def test_ard_switches_off_an_irrelevant_input():
     rng = np.random.default_rng(4)
     X = rng.uniform(-2, 2, size=(80, 3))
-    y = np.sin(X[:, 0]) + 0.5 * X[:, 1] ** 2 + 0.05 * rng.normal(size=80)    # x_2 is noise
-    model = GaussianProcessRegressor(1.0 * ARD(np.ones(3)) + White(0.1), n_restarts=1,
-                                     random_state=0).fit(X, y)
+    y = (
+        np.sin(X[:, 0]) + 0.5 * X[:, 1] ** 2 + 0.05 * rng.normal(size=80)
+    )  # x_2 is noise
+    model = GaussianProcessRegressor(
+        1.0 * ARD(np.ones(3)) + White(0.1), n_restarts=1, random_state=0
+    ).fit(X, y)
     gamma = model.kernel_.k1.kernel.gamma
     assert gamma[2] < 1e-2 * min(gamma[0], gamma[1])
 
@@ -186,7 +237,9 @@ def test_white_kernel_is_noise_on_the_training_set_only():
 
 def test_std_and_cov_agree_and_samples_have_the_predictive_moments():
     X, y = sinusoid(20)
-    model = GaussianProcessRegressor(2.0 * RBF(0.5), noise=0.01, optimizer=None).fit(X, y)
+    model = GaussianProcessRegressor(2.0 * RBF(0.5), noise=0.01, optimizer=None).fit(
+        X, y
+    )
     X_test = np.linspace(-3, 3, 5)[:, None]
     mean, std = model.predict(X_test, return_std=True)
     _, cov = model.predict(X_test, return_cov=True)
@@ -207,20 +260,29 @@ def test_unfitted_model_predicts_and_samples_the_prior():
     np.testing.assert_allclose(cov, kernel(X))
     draws = sample_prior(kernel, X, n_samples=20000, random_state=2)
     np.testing.assert_allclose(np.cov(draws), kernel(X), atol=0.1)
-    np.testing.assert_allclose(model.sample_y(X, 3, random_state=5),
-                               sample_prior(kernel, X, 3, random_state=5))
+    np.testing.assert_allclose(
+        model.sample_y(X, 3, random_state=5), sample_prior(kernel, X, 3, random_state=5)
+    )
 
 
 def test_multi_output_targets_equal_scikit_learn():
     X, y = five_d()
-    ours = GaussianProcessRegressor(2.0 * RBF(0.3), noise=0.01, optimizer=None,
-                                    normalize_y=True).fit(X, y)
-    theirs = SklearnGPR(ConstantKernel(2.0) * SklearnRBF(length_scale(0.3)), alpha=0.01,
-                        optimizer=None, normalize_y=True).fit(X, y)
+    ours = GaussianProcessRegressor(
+        2.0 * RBF(0.3), noise=0.01, optimizer=None, normalize_y=True
+    ).fit(X, y)
+    theirs = SklearnGPR(
+        ConstantKernel(2.0) * SklearnRBF(length_scale(0.3)),
+        alpha=0.01,
+        optimizer=None,
+        normalize_y=True,
+    ).fit(X, y)
     assert ours.log_marginal_likelihood_value_ == pytest.approx(
-        theirs.log_marginal_likelihood_value_, rel=1e-10)
-    for a, b in zip(ours.predict(X[:5] + 0.1, return_std=True),
-                    theirs.predict(X[:5] + 0.1, return_std=True)):
+        theirs.log_marginal_likelihood_value_, rel=1e-10
+    )
+    for a, b in zip(
+        ours.predict(X[:5] + 0.1, return_std=True),
+        theirs.predict(X[:5] + 0.1, return_std=True),
+    ):
         np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-8)
     assert ours.sample_y(X[:4], 3).shape == (4, 2, 3)
 
@@ -234,17 +296,20 @@ def test_default_kernel_is_a_scaled_rbf_and_clone_works():
     assert copy.get_params()["kernel__kernel__gamma"] == 0.3
 
 
-@pytest.mark.parametrize("kwargs,data,match", [
-    ({}, "nan-x", "X contains NaN"),
-    ({}, "nan-y", "y contains NaN"),
-    ({"noise": 0.0}, None, "noise must be a finite number > 0"),
-    ({"noise": -1.0}, None, "noise must be a finite number > 0"),
-    ({"kernel": RBF(1.0, gamma_bounds=(0.0, 10.0))}, None, "gamma_bounds must be"),
-    ({"kernel": RBF(1.0, gamma_bounds=(-1.0, 10.0))}, None, "gamma_bounds must be"),
-    ({"optimizer": "bfgs"}, None, "optimizer must be"),
-    ({"n_restarts": -1}, None, "n_restarts must be"),
-    ({"kernel": "rbf"}, None, "kernel must be a kernelref.kernels.Kernel"),
-])
+@pytest.mark.parametrize(
+    "kwargs,data,match",
+    [
+        ({}, "nan-x", "X contains NaN"),
+        ({}, "nan-y", "y contains NaN"),
+        ({"noise": 0.0}, None, "noise must be a finite number > 0"),
+        ({"noise": -1.0}, None, "noise must be a finite number > 0"),
+        ({"kernel": RBF(1.0, gamma_bounds=(0.0, 10.0))}, None, "gamma_bounds must be"),
+        ({"kernel": RBF(1.0, gamma_bounds=(-1.0, 10.0))}, None, "gamma_bounds must be"),
+        ({"optimizer": "bfgs"}, None, "optimizer must be"),
+        ({"n_restarts": -1}, None, "n_restarts must be"),
+        ({"kernel": "rbf"}, None, "kernel must be a kernelref.kernels.Kernel"),
+    ],
+)
 def test_bad_input_gets_a_clear_error(kwargs, data, match):
     X, y = sinusoid(10)
     if data == "nan-x":
@@ -260,7 +325,7 @@ def test_indefinite_kernel_error_suggests_adding_noise(optimizer):
     rng = np.random.default_rng(6)
     X, y = rng.normal(size=(30, 2)), rng.normal(size=30)
     kernel = Sigmoid(gamma=1.0, coef0=-1.0)
-    assert np.linalg.eigvalsh(kernel(X)).min() < -1e-2       # truly indefinite
+    assert np.linalg.eigvalsh(kernel(X)).min() < -1e-2  # truly indefinite
     with pytest.raises(NotPositiveDefiniteError, match="increase noise"):
         GaussianProcessRegressor(kernel, optimizer=optimizer).fit(X, y)
 

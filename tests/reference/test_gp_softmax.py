@@ -5,7 +5,7 @@ predictive probabilities."""
 
 import numpy as np
 import pytest
-from scipy.optimize import approx_fprime, minimize
+from scipy.optimize import minimize
 from scipy.special import logsumexp, softmax
 from sklearn.base import clone
 

@@ -6,11 +6,31 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import approx_fprime
 from sklearn.metrics.pairwise import (
-    laplacian_kernel, linear_kernel, polynomial_kernel, rbf_kernel, sigmoid_kernel)
+    laplacian_kernel,
+    linear_kernel,
+    polynomial_kernel,
+    rbf_kernel,
+    sigmoid_kernel,
+)
 
 from kernelref.kernels import (
-    ARD, RBF, Bilinear, Constant, Exp, ExponentialQuadratic, Laplacian, Linear, Mapped,
-    Polynomial, PolynomialOf, Sigmoid, Warped, make_kernel, mercer_check, squared_distances)
+    ARD,
+    RBF,
+    Bilinear,
+    Constant,
+    Exp,
+    ExponentialQuadratic,
+    Laplacian,
+    Linear,
+    Mapped,
+    Polynomial,
+    PolynomialOf,
+    Sigmoid,
+    Warped,
+    make_kernel,
+    mercer_check,
+    squared_distances,
+)
 
 rng = np.random.default_rng(0)
 X = rng.normal(size=(30, 3))
@@ -28,40 +48,63 @@ FORMULAS = [
     (Laplacian(0.7), lambda x, y: np.exp(-0.7 * np.linalg.norm(x - y))),
     (Laplacian(0.7, norm="l1"), lambda x, y: np.exp(-0.7 * np.abs(x - y).sum())),
     (Sigmoid(0.3, -0.5), lambda x, y: np.tanh(0.3 * x @ y - 0.5)),
-    (ARD(np.array([0.1, 1.0, 3.0])),
-     lambda x, y: np.exp(-np.sum(np.array([0.1, 1.0, 3.0]) * (x - y) ** 2))),
-    (ExponentialQuadratic(2.0, 0.5, 0.3, 0.1),
-     lambda x, y: 2.0 * np.exp(-0.25 * np.sum((x - y) ** 2)) + 0.3 + 0.1 * x @ y),
+    (
+        ARD(np.array([0.1, 1.0, 3.0])),
+        lambda x, y: np.exp(-np.sum(np.array([0.1, 1.0, 3.0]) * (x - y) ** 2)),
+    ),
+    (
+        ExponentialQuadratic(2.0, 0.5, 0.3, 0.1),
+        lambda x, y: 2.0 * np.exp(-0.25 * np.sum((x - y) ** 2)) + 0.3 + 0.1 * x @ y,
+    ),
     (Bilinear(np.diag([1.0, 2.0, 3.0])), lambda x, y: x @ np.diag([1.0, 2.0, 3.0]) @ y),
 ]
 
 
 @pytest.mark.parametrize("kernel,formula", FORMULAS, ids=lambda v: repr(v)[:30])
 def test_kernel_matches_its_formula(kernel, formula):
-    np.testing.assert_allclose(kernel(X, Y), brute(formula, X, Y), rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(kernel.diag(X), np.diag(kernel(X)), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(
+        kernel(X, Y), brute(formula, X, Y), rtol=1e-12, atol=1e-12
+    )
+    np.testing.assert_allclose(
+        kernel.diag(X), np.diag(kernel(X)), rtol=1e-12, atol=1e-12
+    )
     np.testing.assert_allclose(kernel(X), kernel(X, X), rtol=1e-12, atol=1e-12)
 
 
 def test_named_kernels_equal_scikit_learn():
     np.testing.assert_allclose(RBF(0.4)(X, Y), rbf_kernel(X, Y, gamma=0.4), rtol=1e-13)
-    np.testing.assert_allclose(Polynomial(2, 0.4, 1.5)(X, Y),
-                               polynomial_kernel(X, Y, degree=2, gamma=0.4, coef0=1.5), rtol=1e-13)
-    np.testing.assert_allclose(Sigmoid(0.4, 0.2)(X, Y), sigmoid_kernel(X, Y, gamma=0.4, coef0=0.2))
+    np.testing.assert_allclose(
+        Polynomial(2, 0.4, 1.5)(X, Y),
+        polynomial_kernel(X, Y, degree=2, gamma=0.4, coef0=1.5),
+        rtol=1e-13,
+    )
+    np.testing.assert_allclose(
+        Sigmoid(0.4, 0.2)(X, Y), sigmoid_kernel(X, Y, gamma=0.4, coef0=0.2)
+    )
     np.testing.assert_allclose(Linear()(X, Y), linear_kernel(X, Y))
-    np.testing.assert_allclose(Laplacian(0.4, norm="l1")(X, Y), laplacian_kernel(X, Y, gamma=0.4))
+    np.testing.assert_allclose(
+        Laplacian(0.4, norm="l1")(X, Y), laplacian_kernel(X, Y, gamma=0.4)
+    )
 
 
 def test_squared_distances_are_exact_on_the_diagonal_and_nonnegative():
     D = squared_distances(X)
     assert np.all(np.diag(D) == 0) and np.all(D >= 0)
-    np.testing.assert_allclose(D, brute(lambda x, y: np.sum((x - y) ** 2), X, X), atol=1e-12)
+    np.testing.assert_allclose(
+        D, brute(lambda x, y: np.sum((x - y) ** 2), X, X), atol=1e-12
+    )
 
 
 GRADIENT_KERNELS = [
-    RBF(0.7), Laplacian(0.5), Polynomial(3, 0.5, 2.0), Sigmoid(0.3, -0.2),
-    ARD(np.array([0.2, 1.0, 2.5])), ARD(0.8), ExponentialQuadratic(2.0, 0.5, 0.3, 0.1),
-    2.0 * RBF(0.5) + Constant(0.3), RBF(0.5) * Polynomial(2, 1.0, 1.0),
+    RBF(0.7),
+    Laplacian(0.5),
+    Polynomial(3, 0.5, 2.0),
+    Sigmoid(0.3, -0.2),
+    ARD(np.array([0.2, 1.0, 2.5])),
+    ARD(0.8),
+    ExponentialQuadratic(2.0, 0.5, 0.3, 0.1),
+    2.0 * RBF(0.5) + Constant(0.3),
+    RBF(0.5) * Polynomial(2, 1.0, 1.0),
     Exp(0.2 * Linear()) * ARD(np.array([0.5, 1.0, 2.0])),
     PolynomialOf(RBF(0.4), [0.5, 1.0, 2.0]),
     Warped(RBF(0.6), lambda Z: 1.0 + Z[:, 0] ** 2),
@@ -76,21 +119,28 @@ def test_log_hyperparameter_gradient_equals_finite_differences(kernel):
     assert len(theta) > 0
     analytic = kernel.gradient(Z)
     for i in range(len(theta)):
+
         def entry_sum(th, i=i):
             return np.sum(kernel.clone_with_theta(th)(Z) * W)
+
         W = np.random.default_rng(i).normal(size=(12, 12))
         numeric = approx_fprime(theta, entry_sum, 1e-7)[i]
-        np.testing.assert_allclose(np.vdot(W, analytic[i]), numeric, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            np.vdot(W, analytic[i]), numeric, rtol=1e-5, atol=1e-6
+        )
 
 
 @pytest.mark.parametrize("kernel", GRADIENT_KERNELS, ids=repr)
 def test_gradient_dot_equals_contraction_of_full_gradient(kernel):
     W = rng.normal(size=(len(X), len(X)))
     expected = np.einsum("ab,jab->j", W, kernel.gradient(X))
-    np.testing.assert_allclose(kernel.gradient_dot(X, W), expected, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(
+        kernel.gradient_dot(X, W), expected, rtol=1e-10, atol=1e-10
+    )
     # a caller that already holds K may pass it; the result must not change
-    np.testing.assert_allclose(kernel.gradient_dot(X, W, K=kernel(X)), expected,
-                               rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(
+        kernel.gradient_dot(X, W, K=kernel(X)), expected, rtol=1e-10, atol=1e-10
+    )
 
 
 def test_fixed_bounds_remove_a_hyperparameter():
@@ -104,7 +154,11 @@ def test_theta_round_trips_through_logs_and_nested_names():
     assert [name for name, _ in k.hyperparameters] == ["scale", "kernel__gamma"]
     np.testing.assert_allclose(k.theta, np.log([2.0, 0.5, 2.0]))
     k2 = k.clone_with_theta(np.log([3.0, 1.0, 4.0]))
-    assert np.isclose(k2.scale, 3.0) and np.allclose(k2.kernel.gamma, [1.0, 4.0]) and k.scale == 2.0
+    assert (
+        np.isclose(k2.scale, 3.0)
+        and np.allclose(k2.kernel.gamma, [1.0, 4.0])
+        and k.scale == 2.0
+    )
     assert k.bounds.shape == (3, 2)
 
 
@@ -141,14 +195,14 @@ def test_construction_rules_give_psd_gram_matrices(seed, gamma, c, scale):
     Z = np.random.default_rng(seed).normal(size=(25, 2))
     B = np.random.default_rng(seed + 1).normal(size=(2, 2))
     rules = [
-        RBF(gamma) + Polynomial(2, gamma, c),                 # rule-sum
-        scale * Laplacian(gamma),                             # rule-scale
-        RBF(gamma) * Polynomial(2, gamma, c),                 # rule-product
-        Warped(RBF(gamma), lambda Z: np.sin(Z[:, 0]) + Z[:, 1]),   # rule-warp
-        Exp(gamma * Linear()),                                # rule-exp
-        PolynomialOf(RBF(gamma), [c, 1.0, scale]),            # rule-polynomial
-        Bilinear(B @ B.T),                                    # x^T A x' with A PSD
-        Mapped(RBF(gamma), lambda Z: np.tanh(Z)),             # rule-map
+        RBF(gamma) + Polynomial(2, gamma, c),  # rule-sum
+        scale * Laplacian(gamma),  # rule-scale
+        RBF(gamma) * Polynomial(2, gamma, c),  # rule-product
+        Warped(RBF(gamma), lambda Z: np.sin(Z[:, 0]) + Z[:, 1]),  # rule-warp
+        Exp(gamma * Linear()),  # rule-exp
+        PolynomialOf(RBF(gamma), [c, 1.0, scale]),  # rule-polynomial
+        Bilinear(B @ B.T),  # x^T A x' with A PSD
+        Mapped(RBF(gamma), lambda Z: np.tanh(Z)),  # rule-map
         ExponentialQuadratic(scale, gamma, c, c),
     ]
     for k in rules:

@@ -9,8 +9,14 @@ from scipy.linalg import cho_factor, cho_solve
 from scipy.optimize import minimize
 
 from kernelref.laplace import (
-    ConvergenceWarning, damped_newton, likelihood_curvature, log_likelihood,
-    log_likelihood_gradient, log_likelihood_third_derivative, sigmoid)
+    ConvergenceWarning,
+    damped_newton,
+    likelihood_curvature,
+    log_likelihood,
+    log_likelihood_gradient,
+    log_likelihood_third_derivative,
+    sigmoid,
+)
 
 
 def central_difference(fun, f, h=1e-5):
@@ -29,7 +35,7 @@ def test_log_likelihood_is_the_bernoulli_log_probability():
 def test_log_likelihood_and_sigmoid_are_exact_for_huge_latents():
     f = np.array([-800.0, 800.0])
     with warnings.catch_warnings():
-        warnings.simplefilter("error")           # no overflow in exp
+        warnings.simplefilter("error")  # no overflow in exp
         assert log_likelihood(f, np.array([1.0, 0.0])) == -1600.0
         assert log_likelihood(f, np.array([0.0, 1.0])) == 0.0
         np.testing.assert_array_equal(sigmoid(f), [0.0, 1.0])
@@ -39,7 +45,7 @@ def test_log_likelihood_and_sigmoid_are_exact_for_huge_latents():
 def test_likelihood_derivatives_match_finite_differences():
     rng = np.random.default_rng(1)
     f, t = rng.normal(scale=2, size=30), rng.integers(0, 2, size=30).astype(float)
-    per_point = lambda g: -np.logaddexp(0.0, -(2 * t - 1) * g)   # noqa: E731
+    per_point = lambda g: -np.logaddexp(0.0, -(2 * t - 1) * g)  # noqa: E731
     gradient = central_difference(per_point, f)
     np.testing.assert_allclose(log_likelihood_gradient(f, t), gradient, atol=1e-9)
     W = -central_difference(lambda g: log_likelihood_gradient(g, t), f)
@@ -54,8 +60,8 @@ def test_likelihood_derivatives_match_finite_differences():
 def test_damped_newton_halves_the_steps_that_plain_newton_diverges_on():
     # −log cosh x is concave with its maximum at 0; from |x| > 1.09 the full
     # Newton step x − sinh x cosh x overshoots further each time.
-    objective = lambda x: -np.log(np.cosh(x[0]))                    # noqa: E731
-    newton_step = lambda x: x - np.sinh(x) * np.cosh(x)              # noqa: E731
+    objective = lambda x: -np.log(np.cosh(x[0]))  # noqa: E731
+    newton_step = lambda x: x - np.sinh(x) * np.cosh(x)  # noqa: E731
     x = np.array([2.0])
     plain = [x]
     for _ in range(2):
@@ -70,7 +76,7 @@ def test_damped_newton_halves_the_steps_that_plain_newton_diverges_on():
 def test_damped_newton_never_lowers_the_objective():
     # Record the accepted iterates by wrapping the step: each step starts at
     # the point the previous one accepted.
-    objective = lambda x: -np.log(np.cosh(x[0] - 1.0)) - 0.1 * x[0] ** 2   # noqa: E731
+    objective = lambda x: -np.log(np.cosh(x[0] - 1.0)) - 0.1 * x[0] ** 2  # noqa: E731
 
     def newton_step(x):
         starts.append(objective(x))
@@ -88,8 +94,8 @@ def test_damped_newton_never_lowers_the_objective():
 
 
 def test_damped_newton_warns_when_the_iteration_limit_is_reached():
-    objective = lambda x: -np.log(np.cosh(x[0]))                    # noqa: E731
-    newton_step = lambda x: x - np.sinh(x) * np.cosh(x)              # noqa: E731
+    objective = lambda x: -np.log(np.cosh(x[0]))  # noqa: E731
+    newton_step = lambda x: x - np.sinh(x) * np.cosh(x)  # noqa: E731
     with pytest.warns(ConvergenceWarning, match="raise max_iter"):
         result = damped_newton(objective, newton_step, np.array([2.0]), max_iter=2)
     assert not result.converged and result.n_iter == 2
@@ -110,12 +116,18 @@ def test_weight_space_newton_finds_the_penalised_logistic_mode():
         y = Phi @ w
         B = likelihood_curvature(y)
         Sigma_inv = Phi.T @ (B[:, None] * Phi) + A
-        return cho_solve(cho_factor(Sigma_inv), Phi.T @ (B * y + log_likelihood_gradient(y, t)))
+        return cho_solve(
+            cho_factor(Sigma_inv), Phi.T @ (B * y + log_likelihood_gradient(y, t))
+        )
 
     result = damped_newton(objective, newton_step, np.zeros(4))
-    generic = minimize(lambda w: -objective(w), np.zeros(4), method="BFGS",
-                       jac=lambda w: -(Phi.T @ log_likelihood_gradient(Phi @ w, t) - A @ w),
-                       options={"gtol": 1e-10})
+    generic = minimize(
+        lambda w: -objective(w),
+        np.zeros(4),
+        method="BFGS",
+        jac=lambda w: -(Phi.T @ log_likelihood_gradient(Phi @ w, t) - A @ w),
+        options={"gtol": 1e-10},
+    )
     np.testing.assert_allclose(result.x, generic.x, atol=1e-6)
     assert result.value >= -generic.fun - 1e-12
-    assert result.n_iter < 15            # quadratic convergence, not BFGS's dozens
+    assert result.n_iter < 15  # quadratic convergence, not BFGS's dozens

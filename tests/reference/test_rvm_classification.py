@@ -13,10 +13,18 @@ from kernelref.gp_classify import quadrature_probability
 from kernelref.kernels import RBF
 from kernelref.rvm import RVC
 from kernelref.rvm.classification import (
-    fast_classifier, laplace_posterior, reestimate_classifier)
+    fast_classifier,
+    laplace_posterior,
+    reestimate_classifier,
+)
 from kernelref.rvm.design import design_matrix
 from kernelref.rvm.softmax import (
-    Softmax, expanded_design, latent_moments, moderated_softmax, one_hot)
+    Softmax,
+    expanded_design,
+    latent_moments,
+    moderated_softmax,
+    one_hot,
+)
 
 #: The RBF width of the two-dimensional problems below, exp(−‖x − x′‖²/(2·0.5²)),
 #: Tipping's choice for Ripley's data.
@@ -69,6 +77,7 @@ def finite_difference_hessian(gradient, x, h=1e-6):
 
 # -- the Laplace approximation --------------------------------------------------------
 
+
 @pytest.mark.parametrize("seed", range(3))
 def test_mode_is_the_fixed_point_w_equals_A_inverse_Phi_t_minus_y(seed):
     Phi, t, alpha = small_binary_problem(seed)
@@ -87,7 +96,9 @@ def test_mode_is_the_fixed_point_w_equals_A_inverse_Phi_t_minus_y(seed):
 def test_Sigma_is_the_inverse_of_the_finite_difference_hessian_binary(seed):
     Phi, t, alpha = small_binary_problem(seed)
     mode = laplace_posterior(Phi, t, alpha)
-    H = finite_difference_hessian(lambda w: bernoulli_gradient(Phi, t, alpha, w), mode.mu)
+    H = finite_difference_hessian(
+        lambda w: bernoulli_gradient(Phi, t, alpha, w), mode.mu
+    )
     # Measured: at most 2e-9 apart, for entries up to 3.6.
     np.testing.assert_allclose(mode.Sigma, np.linalg.inv(H), rtol=0, atol=1e-7)
 
@@ -95,17 +106,19 @@ def test_Sigma_is_the_inverse_of_the_finite_difference_hessian_binary(seed):
 def test_Sigma_is_the_inverse_of_the_finite_difference_hessian_softmax():
     X, y = three_blobs(0, 30)
     K = 3
-    Phi = design_matrix(RBF(0.5), X, X[:3], bias=True)             # M = 4, MK = 12
+    Phi = design_matrix(RBF(0.5), X, X[:3], bias=True)  # M = 4, MK = 12
     alpha = np.random.default_rng(0).uniform(0.2, 2.0, size=(4, K))
     T = one_hot(y, K).reshape(-1, K)
-    mode = laplace_posterior(expanded_design(Phi, K), T.ravel(), alpha.ravel(),
-                             likelihood=Softmax(K))
+    mode = laplace_posterior(
+        expanded_design(Phi, K), T.ravel(), alpha.ravel(), likelihood=Softmax(K)
+    )
     W = mode.mu.reshape(4, K)
     # The mode: Φᵀ(T − Y) = A∘W, the softmax form of w* = A⁻¹Φᵀ(t − y).
     Y = np.exp(Phi @ W - logsumexp(Phi @ W, axis=1, keepdims=True))
     np.testing.assert_allclose(Phi.T @ (T - Y), alpha * W, atol=1e-10)
     H = finite_difference_hessian(
-        lambda w: softmax_gradient(Phi, T, alpha, w.reshape(4, K)), mode.mu)
+        lambda w: softmax_gradient(Phi, T, alpha, w.reshape(4, K)), mode.mu
+    )
     np.testing.assert_allclose(mode.Sigma, np.linalg.inv(H), rtol=0, atol=1e-7)
     # The block (k, j) of the Hessian is Σ y_nk(δ_kj − y_nj)φ_nφ_nᵀ + δ_kj A_k.
     for k in range(K):
@@ -119,11 +132,14 @@ def quadrature_log_evidence(Phi, t, alpha, center, Sigma, nodes):
     """log ∫ p(t | w) N(w | 0, A⁻¹) dw by the trapezoid rule on a grid of ±12 posterior
     standard deviations around the mode (the integrand is smooth and, beyond, below
     e^(−72) of its peak)."""
-    axes = [np.linspace(c - 12 * np.sqrt(s), c + 12 * np.sqrt(s), nodes)
-            for c, s in zip(center, np.diag(Sigma))]
+    axes = [
+        np.linspace(c - 12 * np.sqrt(s), c + 12 * np.sqrt(s), nodes)
+        for c, s in zip(center, np.diag(Sigma))
+    ]
     grid = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, len(center))
-    log_prior = (0.5 * np.sum(np.log(alpha / (2 * np.pi)))
-                 - 0.5 * np.sum(alpha * grid**2, axis=1))
+    log_prior = 0.5 * np.sum(np.log(alpha / (2 * np.pi))) - 0.5 * np.sum(
+        alpha * grid**2, axis=1
+    )
     log_integrand = log_prior + np.sum(log_expit((2 * t - 1) * (grid @ Phi.T)), axis=1)
     cell = np.prod([a[1] - a[0] for a in axes])
     return logsumexp(log_integrand) + np.log(cell)
@@ -143,8 +159,9 @@ def test_laplace_evidence_against_quadrature_and_its_error_shrinks_with_N(M):
         # the error of the Laplace approximation falls like 1/N without sampling noise.
         Phi_r, t_r = np.tile(Phi, (copies, 1)), np.tile(t, copies)
         mode = laplace_posterior(Phi_r, t_r, alpha)
-        exact = quadrature_log_evidence(Phi_r, t_r, alpha, mode.mu, mode.Sigma,
-                                        nodes=2001 if M == 1 else 201)
+        exact = quadrature_log_evidence(
+            Phi_r, t_r, alpha, mode.mu, mode.Sigma, nodes=2001 if M == 1 else 201
+        )
         errors.append(mode.log_evidence - exact)
     # Measured: −1.2e-2 → −1.4e-3 (M = 1) and −3.6e-2 → −4.7e-3 (M = 2); the quadrature
     # agrees with twice as many nodes to 1e-12. A wrong constant (2π, ½Σlog α, log|Σ|)
@@ -154,6 +171,7 @@ def test_laplace_evidence_against_quadrature_and_its_error_shrinks_with_N(M):
 
 
 # -- the α loops ----------------------------------------------------------------------
+
 
 def test_reestimation_fixed_point_is_stationary_with_the_mode_held():
     X, y = ripley_like(3, 40)
@@ -168,8 +186,12 @@ def test_reestimation_fixed_point_is_stationary_with_the_mode_held():
     def held(alpha):
         """(rvc-laplace-evidence) with w* and B frozen at the fixed point's mode."""
         _, log_det = np.linalg.slogdet(P.T @ (B[:, None] * P) + np.diag(alpha))
-        return (np.sum(log_expit((2 * t - 1) * (P @ w))) - 0.5 * w @ (alpha * w)
-                + 0.5 * np.sum(np.log(alpha)) - 0.5 * log_det)
+        return (
+            np.sum(log_expit((2 * t - 1) * (P @ w)))
+            - 0.5 * w @ (alpha * w)
+            + 0.5 * np.sum(np.log(alpha))
+            - 0.5 * log_det
+        )
 
     def refound(alpha):
         """The same with the mode re-found for every α (warm-started, Newton to 1e-12)."""
@@ -208,7 +230,7 @@ def test_fast_fixed_point_is_optimal_for_the_gaussian_approximation_at_its_mode(
     B_sqrt = np.sqrt(y_hat * (1 - y_hat))
     Phi_t, t_t = B_sqrt[:, None] * Phi, B_sqrt * a + (t - y_hat) / B_sqrt
     kept = Phi_t[:, fit.keep]
-    C = np.eye(len(t)) + (kept / fit.alpha) @ kept.T               # N×N, as an oracle
+    C = np.eye(len(t)) + (kept / fit.alpha) @ kept.T  # N×N, as an oracle
     S = np.einsum("np,np->p", Phi_t, np.linalg.solve(C, Phi_t))
     Q = Phi_t.T @ np.linalg.solve(C, t_t)
     inside = np.zeros(Phi.shape[1], dtype=bool)
@@ -218,8 +240,9 @@ def test_fast_fixed_point_is_optimal_for_the_gaussian_approximation_at_its_mode(
     s, q = factor * S, factor * Q
     # Every kept α is the maximiser s²/(q² − s) of ℓ(α_i), every other basis function
     # has q² ≤ s: no single α change raises the evidence of this approximation.
-    np.testing.assert_allclose(s[inside] ** 2 / (q[inside] ** 2 - s[inside]), fit.alpha,
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        s[inside] ** 2 / (q[inside] ** 2 - s[inside]), fit.alpha, rtol=1e-6
+    )
     assert np.max(q[~inside] ** 2 - s[~inside]) < 0
 
 
@@ -228,7 +251,9 @@ def test_relevance_vectors_are_few_compared_with_svc_at_comparable_accuracy(seed
     X, y = ripley_like(seed, 200)
     X_test, y_test = ripley_like(100 + seed, 2000)
     rvc = RVC(gamma=RIPLEY_GAMMA).fit(X, y)
-    svc = GridSearchCV(SVC(gamma=RIPLEY_GAMMA), {"C": [0.1, 1, 10, 100]}, cv=5).fit(X, y)
+    svc = GridSearchCV(SVC(gamma=RIPLEY_GAMMA), {"C": [0.1, 1, 10, 100]}, cv=5).fit(
+        X, y
+    )
     n_support = len(svc.best_estimator_.support_)
     # Measured: 4 and 3 relevance vectors against 47 and 73 support vectors; test
     # accuracy 0.891 and 0.902 against 0.885 and 0.906 (Bayes rate about 0.92).
@@ -275,6 +300,7 @@ def test_fitted_binary_model_is_the_laplace_approximation_at_its_mode():
 
 # -- multiclass -------------------------------------------------------------------------
 
+
 def test_softmax_with_two_classes_is_the_binary_model_reparameterised():
     # With K = 2 only v = w_2 − w_1 enters the likelihood; if both classes share α,
     # the prior of v is N(0, (α/2)⁻¹) and that of s = w_1 + w_2 is independent of it,
@@ -282,27 +308,40 @@ def test_softmax_with_two_classes_is_the_binary_model_reparameterised():
     # at the mode, Cov(v) = Σ_binary, and the same (Laplace) evidence.
     Phi, t, alpha = small_binary_problem(5, N=50, M=6)
     binary = laplace_posterior(Phi, t, alpha)
-    soft = laplace_posterior(expanded_design(Phi, 2), one_hot(t.astype(int), 2),
-                             np.repeat(2 * alpha, 2), likelihood=Softmax(2))
+    soft = laplace_posterior(
+        expanded_design(Phi, 2),
+        one_hot(t.astype(int), 2),
+        np.repeat(2 * alpha, 2),
+        likelihood=Softmax(2),
+    )
     W = soft.mu.reshape(-1, 2)
     np.testing.assert_allclose(W[:, 1] - W[:, 0], binary.mu, rtol=1e-8)
     np.testing.assert_allclose(W[:, 1] + W[:, 0], 0.0, atol=1e-10)
-    D = np.kron(np.eye(len(alpha)), [[-1.0, 1.0]])                 # v = D vec(W)
-    np.testing.assert_allclose(D @ soft.Sigma @ D.T, binary.Sigma, rtol=1e-8, atol=1e-12)
+    D = np.kron(np.eye(len(alpha)), [[-1.0, 1.0]])  # v = D vec(W)
+    np.testing.assert_allclose(
+        D @ soft.Sigma @ D.T, binary.Sigma, rtol=1e-8, atol=1e-12
+    )
     assert soft.log_evidence == pytest.approx(binary.log_evidence, abs=1e-9)
     # The moderated softmax of the two activations is the binary σ(κ(s²)μ).
     phi = Phi[:7]
-    covariance = np.einsum("nm,mklj,nl->nkj", phi,
-                           soft.Sigma.reshape(len(alpha), 2, len(alpha), 2), phi)
+    covariance = np.einsum(
+        "nm,mklj,nl->nkj", phi, soft.Sigma.reshape(len(alpha), 2, len(alpha), 2), phi
+    )
     p = moderated_softmax(phi @ W, covariance)
     var_v = np.sum((phi @ binary.Sigma) * phi, axis=1)
-    np.testing.assert_allclose(p[:, 1], expit(phi @ binary.mu / np.sqrt(1 + np.pi * var_v / 8)),
-                               rtol=1e-8)
+    np.testing.assert_allclose(
+        p[:, 1], expit(phi @ binary.mu / np.sqrt(1 + np.pi * var_v / 8)), rtol=1e-8
+    )
     # Re-estimation maps onto itself: γ_soft = γ/2 and μ_soft² = μ²/4, so α_soft = 2α
     # after every update, and the same basis functions survive.
     fit_b = reestimate_classifier(Phi, t, 0.01, alpha_max=1e12)
-    fit_s = reestimate_classifier(expanded_design(Phi, 2), one_hot(t.astype(int), 2), 0.02,
-                                  Softmax(2), alpha_max=2e12)
+    fit_s = reestimate_classifier(
+        expanded_design(Phi, 2),
+        one_hot(t.astype(int), 2),
+        0.02,
+        Softmax(2),
+        alpha_max=2e12,
+    )
     np.testing.assert_array_equal(fit_s.keep // 2, np.repeat(fit_b.keep, 2))
     np.testing.assert_allclose(fit_s.alpha, np.repeat(2 * fit_b.alpha, 2), rtol=1e-6)
     assert fit_s.log_evidence == pytest.approx(fit_b.log_evidence, abs=1e-6)
@@ -329,18 +368,26 @@ def test_moderated_softmax_is_closer_to_monte_carlo_than_the_plug_in():
     X, y = three_blobs(0, 120)
     model = RVC(gamma=0.5).fit(X, y)
     X_new = np.random.default_rng(5).uniform(-3, 3, size=(20, 2))
-    mean, covariance = latent_moments(model._basis(X_new), model.mu_, model.Sigma_,
-                                      model.kept_weights_)
+    mean, covariance = latent_moments(
+        model._basis(X_new), model.mu_, model.Sigma_, model.kept_weights_
+    )
     rng = np.random.default_rng(0)
-    monte_carlo = np.array([
-        np.mean(np.exp(Z - logsumexp(Z, axis=1, keepdims=True)), axis=0)
-        for Z in (rng.multivariate_normal(m, c, size=100000, method="eigh")
-                  for m, c in zip(mean, covariance))])        # standard error ≤ 1.6e-3
+    monte_carlo = np.array(
+        [
+            np.mean(np.exp(Z - logsumexp(Z, axis=1, keepdims=True)), axis=0)
+            for Z in (
+                rng.multivariate_normal(m, c, size=100000, method="eigh")
+                for m, c in zip(mean, covariance)
+            )
+        ]
+    )  # standard error ≤ 1.6e-3
     moderated = model.predict_proba(X_new)
     plug_in = np.exp(mean - logsumexp(mean, axis=1, keepdims=True))
     # Measured: at most 0.019 from E[softmax(a)] against 0.070 for the plug-in.
     assert np.max(np.abs(moderated - monte_carlo)) < 0.03
-    assert np.mean(np.abs(moderated - monte_carlo)) < 0.5 * np.mean(np.abs(plug_in - monte_carlo))
+    assert np.mean(np.abs(moderated - monte_carlo)) < 0.5 * np.mean(
+        np.abs(plug_in - monte_carlo)
+    )
 
 
 def test_fitted_softmax_model_is_at_its_mode():
@@ -353,11 +400,13 @@ def test_fitted_softmax_model_is_at_its_mode():
     T = one_hot(y, 3).reshape(-1, 3)
     kept = model.kept_weights_
     assert np.all(np.isinf(model.alpha_[~kept])) and np.all(model.mu_[~kept] == 0)
-    np.testing.assert_allclose((Phi.T @ (T - Y))[kept], model.alpha_[kept] * model.mu_[kept],
-                               atol=1e-8)
+    np.testing.assert_allclose(
+        (Phi.T @ (T - Y))[kept], model.alpha_[kept] * model.mu_[kept], atol=1e-8
+    )
 
 
 # -- the estimator's contract -------------------------------------------------------------
+
 
 def test_labels_are_kept_and_the_positive_class_is_the_second():
     X, y = ripley_like(6, 60)
@@ -366,7 +415,9 @@ def test_labels_are_kept_and_the_positive_class_is_the_second():
     np.testing.assert_array_equal(model.classes_, ["no", "yes"])
     reference = RVC(gamma=RIPLEY_GAMMA).fit(X, y)
     np.testing.assert_allclose(model.predict_proba(X), reference.predict_proba(X))
-    np.testing.assert_array_equal(model.predict(X), np.where(reference.predict(X), "yes", "no"))
+    np.testing.assert_array_equal(
+        model.predict(X), np.where(reference.predict(X), "yes", "no")
+    )
 
 
 def test_precomputed_kernel_gives_the_same_model():
@@ -376,8 +427,9 @@ def test_precomputed_kernel_gives_the_same_model():
     b = RVC(kernel="precomputed").fit(kernel(X), y)
     np.testing.assert_array_equal(a.relevance_, b.relevance_)
     X_new = np.random.default_rng(1).uniform(-1, 1, size=(9, 2))
-    np.testing.assert_allclose(a.predict_proba(X_new), b.predict_proba(kernel(X_new, X)),
-                               atol=1e-10)
+    np.testing.assert_allclose(
+        a.predict_proba(X_new), b.predict_proba(kernel(X_new, X)), atol=1e-10
+    )
 
 
 def test_bad_input_gets_clear_errors():

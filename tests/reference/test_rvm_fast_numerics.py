@@ -10,10 +10,19 @@ from scipy.stats import multivariate_normal
 from kernelref.kernels import RBF
 from kernelref.rvm import RVR
 from kernelref.rvm.coordinates import (
-    add_coordinate, coordinate_posterior, drop_coordinate, orthonormal_coordinates,
-    span_residual, stable_SQ)
+    add_coordinate,
+    coordinate_posterior,
+    drop_coordinate,
+    orthonormal_coordinates,
+    span_residual,
+    stable_SQ,
+)
 from kernelref.rvm.design import design_matrix, posterior
-from kernelref.rvm.fast import fast_marginal_likelihood, fast_regression, sparsity_quality
+from kernelref.rvm.fast import (
+    fast_marginal_likelihood,
+    fast_regression,
+    sparsity_quality,
+)
 
 EPS = np.finfo(float).eps
 
@@ -65,14 +74,20 @@ def test_S_in_coordinates_is_accurate_where_the_woodbury_form_is_not():
         column = Phi_mp[:, int(j)]
         C += column * column.T / mpmath.mpf(a)
     CinvPhi = mpmath.inverse(C) * Phi_mp
-    exact = np.array([float(mpmath.fsum(Phi_mp[n, p] * CinvPhi[n, p] for n in range(N)))
-                      for p in range(Phi.shape[1])])
+    exact = np.array(
+        [
+            float(mpmath.fsum(Phi_mp[n, p] * CinvPhi[n, p] for n in range(N)))
+            for p in range(Phi.shape[1])
+        ]
+    )
 
     # |error| of S_i/β within a few hundred ε, for every column; relative for the model's.
     assert np.max(np.abs(S - exact)) / beta < 200 * EPS
     assert np.max(np.abs(S[active] / exact[active] - 1)) < 1e-12
     # The Woodbury form loses at least 4 more digits on the same state (measured ~3e-11·β).
-    assert np.max(np.abs(woodbury_S(Phi, active, alpha, beta) - exact)) / beta > 1e4 * EPS
+    assert (
+        np.max(np.abs(woodbury_S(Phi, active, alpha, beta) - exact)) / beta > 1e4 * EPS
+    )
 
 
 def test_woodbury_S_goes_negative_on_a_wide_kernel_but_coordinates_do_not():
@@ -90,13 +105,18 @@ def test_S_Q_and_evidence_in_coordinates_equal_explicit_solves(gamma):
     active, alpha, beta = fitted_state(Phi, t)
     S, Q = coordinates_S_Q(Phi, t, active, alpha, beta)
     C = np.eye(len(t)) / beta + (Phi[:, active] / alpha) @ Phi[:, active].T
-    np.testing.assert_allclose(S, np.einsum("np,np->p", Phi, np.linalg.solve(C, Phi)),
-                               rtol=1e-9)
-    np.testing.assert_allclose(Q, Phi.T @ np.linalg.solve(C, t), rtol=1e-9, atol=1e-9 * beta)
+    np.testing.assert_allclose(
+        S, np.einsum("np,np->p", Phi, np.linalg.solve(C, Phi)), rtol=1e-9
+    )
+    np.testing.assert_allclose(
+        Q, Phi.T @ np.linalg.solve(C, t), rtol=1e-9, atol=1e-9 * beta
+    )
 
     U, Psi = orthonormal_coordinates(Phi, active)
     tau = U.T @ t
-    split = coordinate_posterior(Psi[:, active], tau, t @ t - tau @ tau, alpha, beta, len(t))
+    split = coordinate_posterior(
+        Psi[:, active], tau, t @ t - tau @ tau, alpha, beta, len(t)
+    )
     direct = posterior(Phi[:, active], t, alpha, beta)
     np.testing.assert_allclose(split.mu, direct.mu, rtol=1e-9)
     np.testing.assert_allclose(split.Sigma, direct.Sigma, rtol=1e-9, atol=1e-15)
@@ -135,7 +155,9 @@ def test_in_model_s_and_q_match_explicit_leave_one_out():
     regimes = set()
     for k, i in enumerate(active):
         rest = np.delete(active, k)
-        C_rest = np.eye(len(t)) / beta + (Phi[:, rest] / alpha_all[rest]) @ Phi[:, rest].T
+        C_rest = (
+            np.eye(len(t)) / beta + (Phi[:, rest] / alpha_all[rest]) @ Phi[:, rest].T
+        )
         s_i = Phi[:, i] @ np.linalg.solve(C_rest, Phi[:, i])
         q_i = Phi[:, i] @ np.linalg.solve(C_rest, t)
         np.testing.assert_allclose([s[i], q[i]], [s_i, q_i], rtol=1e-8)
@@ -143,7 +165,7 @@ def test_in_model_s_and_q_match_explicit_leave_one_out():
         np.testing.assert_allclose(post.Sigma[k, k], 1 / (alpha[k] + s_i), rtol=1e-8)
         np.testing.assert_allclose(post.mu[k], q_i * post.Sigma[k, k], rtol=1e-8)
         regimes.add(bool(s_i > alpha[k]))
-    assert regimes == {True, False}      # α_i − S_i small and large against α_i
+    assert regimes == {True, False}  # α_i − S_i small and large against α_i
 
 
 def test_fast_rvr_converges_on_wide_kernels_with_positive_evidence_steps():
@@ -155,7 +177,7 @@ def test_fast_rvr_converges_on_wide_kernels_with_positive_evidence_steps():
         model = RVR(gamma=gamma).fit(x[:, None], t)
         assert model.converged_ and 2 <= len(model.relevance_) <= 15
         noise_sd = 1 / np.sqrt(model.beta_)
-        assert 0.08 < noise_sd < 0.2          # the true noise is 0.1
+        assert 0.08 < noise_sd < 0.2  # the true noise is 0.1
 
 
 def test_beta_schedules_each_reach_a_maximum_and_both_keeps_the_higher():
@@ -191,7 +213,7 @@ def test_fast_classifier_stops_a_cycle_and_keeps_the_best_evidence():
     with pytest.warns(ConvergenceWarning, match="cycling"):
         model = RVC(gamma=0.05).fit(X, y)
     assert not model.converged_
-    assert model.n_iter_ <= 2 * STALL_PATIENCE           # not max_iter = 10000
+    assert model.n_iter_ <= 2 * STALL_PATIENCE  # not max_iter = 10000
     assert model.log_evidence_ == pytest.approx(np.max(model.evidence_), abs=1e-9)
     assert model.score(X, y) > 0.99
     # Without the alignment test the same data reach a fixed point.

@@ -15,9 +15,14 @@ from sklearn.svm import SVR
 from kernelref.kernels import RBF
 from kernelref.rvm import RVR
 from kernelref.rvm.design import design_matrix, initial_beta, posterior
-from kernelref.rvm.fast import ell, fast_marginal_likelihood, optimal_alpha, sparsity_quality
-from kernelref.rvm.regression import ConvergenceWarning
+from kernelref.rvm.fast import (
+    ell,
+    fast_marginal_likelihood,
+    optimal_alpha,
+    sparsity_quality,
+)
 from kernelref.rvm.reestimate import em_alpha, gamma_factors, initial_alpha, reestimate
+from kernelref.rvm.regression import ConvergenceWarning
 
 #: Tipping's Gaussian kernel of width 3, exp(−(x − x′)²/(2·3²)), i.e. γ = 1/18.
 SINC_GAMMA = 1.0 / 18.0
@@ -45,8 +50,11 @@ def test_sinc_benchmark_is_sparse_and_accurate_and_sparser_than_svr():
         model = RVR(kernel="rbf", gamma=SINC_GAMMA).fit(X, t)
         counts.append(len(model.relevance_))
         errors.append(np.sqrt(np.mean((model.predict(x_test) - truth) ** 2)))
-        svr = GridSearchCV(SVR(kernel="rbf", gamma=SINC_GAMMA, epsilon=0.1),
-                           {"C": [0.3, 1, 3, 10, 30]}, cv=5).fit(X, t)
+        svr = GridSearchCV(
+            SVR(kernel="rbf", gamma=SINC_GAMMA, epsilon=0.1),
+            {"C": [0.3, 1, 3, 10, 30]},
+            cv=5,
+        ).fit(X, t)
         svr_counts.append(len(svr.best_estimator_.support_))
     # Measured: 5.8 relevance vectors on average (5 or 6, plus the bias), RMS error
     # 0.036; the tuned SVR keeps about 33 support vectors.
@@ -58,13 +66,27 @@ def test_sinc_benchmark_is_sparse_and_accurate_and_sparser_than_svr():
 def test_reestimation_reaches_the_fixed_point_of_ard_regression():
     X, t = sinc_data(0, n=40)
     K = RBF(SINC_GAMMA)(X)
-    tiny = 1e-12      # hyperpriors so flat that both maximise the same evidence
-    ard = ARDRegression(alpha_1=tiny, alpha_2=tiny, lambda_1=tiny, lambda_2=tiny,
-                        fit_intercept=False, threshold_lambda=1e12, max_iter=100000,
-                        tol=1e-9).fit(K, t)
+    tiny = 1e-12  # hyperpriors so flat that both maximise the same evidence
+    ard = ARDRegression(
+        alpha_1=tiny,
+        alpha_2=tiny,
+        lambda_1=tiny,
+        lambda_2=tiny,
+        fit_intercept=False,
+        threshold_lambda=1e12,
+        max_iter=100000,
+        tol=1e-9,
+    ).fit(K, t)
     # Same start as scikit-learn: every α = 1, β = 1/var(t).
-    ours = reestimate(K, t, 1.0, 1.0 / (np.var(t) + np.finfo(float).eps), tol=1e-9,
-                      max_iter=100000, alpha_max=1e12)
+    ours = reestimate(
+        K,
+        t,
+        1.0,
+        1.0 / (np.var(t) + np.finfo(float).eps),
+        tol=1e-9,
+        max_iter=100000,
+        alpha_max=1e12,
+    )
     assert ours.converged
     # Ours sits on the fixed point α_i = γ_i/μ_i² to rounding error.
     np.testing.assert_allclose(ours.gamma / ours.mu**2, ours.alpha, rtol=1e-10)
@@ -84,8 +106,9 @@ def test_reestimation_reaches_the_fixed_point_of_ard_regression():
 def test_log_evidence_gradient_vanishes_at_the_reestimation_fixed_point():
     X, t = sinc_data(1, n=30)
     Phi = design_matrix(RBF(SINC_GAMMA), X, X, bias=True)
-    result = reestimate(Phi, t, initial_alpha(30), initial_beta(t), tol=1e-10,
-                        max_iter=200000)
+    result = reestimate(
+        Phi, t, initial_alpha(30), initial_beta(t), tol=1e-10, max_iter=200000
+    )
     assert result.converged
     Phi_kept, alpha, beta = Phi[:, result.keep], result.alpha, result.beta
     L0 = direct_log_evidence(Phi_kept, t, alpha, beta)
@@ -95,21 +118,27 @@ def test_log_evidence_gradient_vanishes_at_the_reestimation_fixed_point():
         up, down = alpha.copy(), alpha.copy()
         up[i] *= np.exp(h)
         down[i] *= np.exp(-h)
-        gradient = (direct_log_evidence(Phi_kept, t, up, beta)
-                    - direct_log_evidence(Phi_kept, t, down, beta)) / (2 * h)
+        gradient = (
+            direct_log_evidence(Phi_kept, t, up, beta)
+            - direct_log_evidence(Phi_kept, t, down, beta)
+        ) / (2 * h)
         assert abs(gradient) < 1e-5, (i, gradient)
-    gradient_beta = (direct_log_evidence(Phi_kept, t, alpha, beta * np.exp(h))
-                     - direct_log_evidence(Phi_kept, t, alpha, beta * np.exp(-h))) / (2 * h)
+    gradient_beta = (
+        direct_log_evidence(Phi_kept, t, alpha, beta * np.exp(h))
+        - direct_log_evidence(Phi_kept, t, alpha, beta * np.exp(-h))
+    ) / (2 * h)
     assert abs(gradient_beta) < 1e-5
 
 
 def test_em_has_the_same_fixed_point_as_reestimation():
     X, t = sinc_data(2, n=30)
     Phi = design_matrix(RBF(SINC_GAMMA), X, X, bias=True)
-    result = reestimate(Phi, t, initial_alpha(30), initial_beta(t), tol=1e-10,
-                        max_iter=200000)
-    np.testing.assert_allclose(em_alpha(result.mu, np.diag(result.Sigma)), result.alpha,
-                               rtol=1e-8)
+    result = reestimate(
+        Phi, t, initial_alpha(30), initial_beta(t), tol=1e-10, max_iter=200000
+    )
+    np.testing.assert_allclose(
+        em_alpha(result.mu, np.diag(result.Sigma)), result.alpha, rtol=1e-8
+    )
 
 
 @pytest.mark.parametrize("seed", [0, 3])
@@ -159,15 +188,19 @@ def test_evidence_splits_into_the_rest_and_ell_of_one_alpha(seed):
 
     # The maximiser s²/(q² − s) against a numerical 1-D search over log α.
     if q_i**2 > s_i:
-        best = minimize_scalar(lambda a: -ell(np.exp(a), s_i, q_i), bounds=(-20, 20),
-                               method="bounded", options={"xatol": 1e-10})
+        best = minimize_scalar(
+            lambda a: -ell(np.exp(a), s_i, q_i),
+            bounds=(-20, 20),
+            method="bounded",
+            options={"xatol": 1e-10},
+        )
         np.testing.assert_allclose(optimal_alpha(s_i, q_i), np.exp(best.x), rtol=1e-6)
     else:
         assert np.isinf(optimal_alpha(s_i, q_i))
 
 
 def test_ell_maximiser_is_infinite_when_quality_is_below_sparsity():
-    s, q = 2.0, 1.0     # q² < s: ℓ increases all the way to α = ∞ where it is 0
+    s, q = 2.0, 1.0  # q² < s: ℓ increases all the way to α = ∞ where it is 0
     grid = np.logspace(-4, 8, 200)
     assert np.all(np.diff(ell(grid, s, q)) > 0)
     assert np.all(ell(grid, s, q) < 0)
@@ -196,8 +229,9 @@ def test_accelerated_update_does_not_reach_an_evidence_stationary_point():
     X, t = sinc_data(0, n=50)
     Phi = design_matrix(RBF(SINC_GAMMA), X, X, bias=True)
     standard = reestimate(Phi, t, initial_alpha(50), initial_beta(t), max_iter=3000)
-    accelerated = reestimate(Phi, t, initial_alpha(50), initial_beta(t),
-                             update="accelerated", max_iter=3000)
+    accelerated = reestimate(
+        Phi, t, initial_alpha(50), initial_beta(t), update="accelerated", max_iter=3000
+    )
 
     def largest_gradient(r):
         # ∂L/∂log α_i = ½(γ_i − α_iμ_i²): zero at a stationary point of the evidence.
@@ -213,10 +247,12 @@ def test_predictive_std_equals_the_formula():
     model = RVR(gamma=SINC_GAMMA).fit(X, t)
     X_new = np.linspace(-12, 12, 7)[:, None]
     mean, std = model.predict(X_new, return_std=True)
+
     # Rebuild Σ = (A + βΦᵀΦ)⁻¹ by a plain inverse from the kept columns.
     def phi(Z):
         K = np.exp(-SINC_GAMMA * (Z - model.relevance_vectors_[:, 0]) ** 2)
         return np.hstack([np.ones((len(Z), 1)), K]) if model.bias_used_ else K
+
     Phi = phi(X)
     Sigma = np.linalg.inv(np.diag(model.alpha_) + model.beta_ * Phi.T @ Phi)
     np.testing.assert_allclose(model.Sigma_, Sigma, rtol=1e-8, atol=1e-12)
@@ -235,7 +271,9 @@ def test_precomputed_kernel_gives_the_same_model(method):
     b = RVR(kernel="precomputed", method=method).fit(kernel(X), t)
     np.testing.assert_array_equal(a.relevance_, b.relevance_)
     X_new = np.linspace(-9, 9, 5)[:, None]
-    np.testing.assert_allclose(a.predict(X_new), b.predict(kernel(X_new, X)), atol=1e-10)
+    np.testing.assert_allclose(
+        a.predict(X_new), b.predict(kernel(X_new, X)), atol=1e-10
+    )
 
 
 def test_bad_input_gets_clear_errors():

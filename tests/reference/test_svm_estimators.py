@@ -7,8 +7,16 @@ from sklearn.base import clone
 from sklearn.datasets import make_blobs
 from sklearn.model_selection import GridSearchCV
 
-from kernelref.svm import SVC, SVR, NuSVC, NuSVR, OneClassSVM, OneVsRestClassifier, kkt_report
-from kernelref.svm import problems
+from kernelref.svm import (
+    SVC,
+    SVR,
+    NuSVC,
+    NuSVR,
+    OneClassSVM,
+    OneVsRestClassifier,
+    kkt_report,
+    problems,
+)
 
 
 def classification(seed, n=60, d=3):
@@ -29,8 +37,12 @@ def regression(seed, n=60):
     return X, np.sin(X[:, 0]) + 0.5 * X[:, 1] + 0.1 * rng.normal(size=n)
 
 
-KERNELS = [dict(kernel="rbf"), dict(kernel="rbf", gamma=0.4), dict(kernel="linear"),
-           dict(kernel="poly", degree=2, gamma=0.3, coef0=1.0)]
+KERNELS = [
+    dict(kernel="rbf"),
+    dict(kernel="rbf", gamma=0.4),
+    dict(kernel="linear"),
+    dict(kernel="poly", degree=2, gamma=0.3, coef0=1.0),
+]
 TOL = 1e-6
 
 
@@ -43,7 +55,9 @@ def assert_same_model(ours, theirs, X):
     if ours.kernel == "linear":
         # With a rank-D Gram matrix α is not unique (ties); the function f(x) is.
         d_ours, d_theirs = values(ours, X), values(theirs, X)
-        np.testing.assert_allclose(d_ours, d_theirs, atol=1e-3 * max(1.0, np.abs(d_theirs).max()))
+        np.testing.assert_allclose(
+            d_ours, d_theirs, atol=1e-3 * max(1.0, np.abs(d_theirs).max())
+        )
         return
     np.testing.assert_array_equal(ours.support_, theirs.support_)
     np.testing.assert_array_equal(ours.n_support_, theirs.n_support_)
@@ -51,7 +65,9 @@ def assert_same_model(ours, theirs, X):
     np.testing.assert_allclose(ours.dual_coef_, theirs.dual_coef_, atol=1e-4 * scale)
     np.testing.assert_allclose(ours.intercept_, theirs.intercept_, atol=1e-4 * scale)
     d_ours, d_theirs = values(ours, X), values(theirs, X)
-    np.testing.assert_allclose(d_ours, d_theirs, atol=1e-4 * max(1.0, np.abs(d_theirs).max()))
+    np.testing.assert_allclose(
+        d_ours, d_theirs, atol=1e-4 * max(1.0, np.abs(d_theirs).max())
+    )
 
 
 def dual_value(model, X, y_pm, C):
@@ -63,7 +79,9 @@ def dual_value(model, X, y_pm, C):
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-@pytest.mark.parametrize("params", KERNELS, ids=lambda p: "-".join(map(str, p.values())))
+@pytest.mark.parametrize(
+    "params", KERNELS, ids=lambda p: "-".join(map(str, p.values()))
+)
 def test_svc_equals_libsvm(seed, params):
     X, y = classification(seed)
     ours = SVC(C=3.0, tol=TOL, **params).fit(X, y)
@@ -71,8 +89,13 @@ def test_svc_equals_libsvm(seed, params):
     assert_same_model(ours, theirs, X)
     np.testing.assert_array_equal(ours.predict(X), theirs.predict(X))
     d_ours = dual_value(ours, X, None, 3.0)
-    d_theirs = -np.abs(theirs.dual_coef_).sum() + 0.5 * theirs.dual_coef_[0] @ ours.kernel_(
-        theirs.support_vectors_) @ theirs.dual_coef_[0]
+    d_theirs = (
+        -np.abs(theirs.dual_coef_).sum()
+        + 0.5
+        * theirs.dual_coef_[0]
+        @ ours.kernel_(theirs.support_vectors_)
+        @ theirs.dual_coef_[0]
+    )
     assert d_ours == pytest.approx(d_theirs, rel=1e-6)
 
 
@@ -97,9 +120,10 @@ def test_nusvc_equals_libsvm(seed, nu):
     # libsvm's float32 kernel cache leave 1/r times more room, here r ≈ 0.02–0.2.
     np.testing.assert_array_equal(ours.support_, theirs.support_)
     r_inv = np.abs(theirs.dual_coef_).max()
-    np.testing.assert_allclose(ours.dual_coef_, theirs.dual_coef_, atol=1e-4 * r_inv ** 2)
-    np.testing.assert_allclose(ours.decision_function(X), theirs.decision_function(X),
-                               atol=1e-4 * r_inv ** 2)
+    np.testing.assert_allclose(ours.dual_coef_, theirs.dual_coef_, atol=1e-4 * r_inv**2)
+    np.testing.assert_allclose(
+        ours.decision_function(X), theirs.decision_function(X), atol=1e-4 * r_inv**2
+    )
 
 
 @pytest.mark.parametrize("seed", [0, 2])
@@ -112,8 +136,9 @@ def test_multiclass_nusvc_equals_libsvm(seed):
     theirs = sk.NuSVC(nu=0.5, tol=TOL, decision_function_shape="ovo").fit(X, y)
     r = np.array(ours._r)
     assert r.min() > 1e-3
-    np.testing.assert_allclose(ours.decision_function(X), theirs.decision_function(X),
-                               atol=10 * TOL / r.min())
+    np.testing.assert_allclose(
+        ours.decision_function(X), theirs.decision_function(X), atol=10 * TOL / r.min()
+    )
     np.testing.assert_array_equal(ours.predict(X), theirs.predict(X))
 
 
@@ -130,19 +155,30 @@ def test_nusvc_on_a_degenerate_pair_is_certified_by_its_kkt_conditions():
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-@pytest.mark.parametrize("params", KERNELS[:3], ids=lambda p: "-".join(map(str, p.values())))
+@pytest.mark.parametrize(
+    "params", KERNELS[:3], ids=lambda p: "-".join(map(str, p.values()))
+)
 def test_svr_nusvr_equal_libsvm(seed, params):
     X, z = regression(seed)
-    assert_same_model(SVR(C=2.0, epsilon=0.2, tol=TOL, **params).fit(X, z),
-                      sk.SVR(C=2.0, epsilon=0.2, tol=TOL, **params).fit(X, z), X)
-    assert_same_model(NuSVR(C=2.0, nu=0.3, tol=TOL, **params).fit(X, z),
-                      sk.NuSVR(C=2.0, nu=0.3, tol=TOL, **params).fit(X, z), X)
+    assert_same_model(
+        SVR(C=2.0, epsilon=0.2, tol=TOL, **params).fit(X, z),
+        sk.SVR(C=2.0, epsilon=0.2, tol=TOL, **params).fit(X, z),
+        X,
+    )
+    assert_same_model(
+        NuSVR(C=2.0, nu=0.3, tol=TOL, **params).fit(X, z),
+        sk.NuSVR(C=2.0, nu=0.3, tol=TOL, **params).fit(X, z),
+        X,
+    )
 
 
 @pytest.mark.parametrize("nu", [0.1, 0.5])
 def test_one_class_equals_libsvm(nu):
     X, _ = classification(4)
-    ours, theirs = OneClassSVM(nu=nu, tol=TOL).fit(X), sk.OneClassSVM(nu=nu, tol=TOL).fit(X)
+    ours, theirs = (
+        OneClassSVM(nu=nu, tol=TOL).fit(X),
+        sk.OneClassSVM(nu=nu, tol=TOL).fit(X),
+    )
     assert_same_model(ours, theirs, X)
     # Free support vectors sit on the boundary, f = 0 up to tol: their sign is a tie.
     clear = np.abs(theirs.decision_function(X)) > 1e-4
@@ -158,14 +194,19 @@ def test_weights_and_precomputed_equal_libsvm():
         theirs = sk.SVC(class_weight=cw, tol=TOL).fit(X, y, sample_weight=w)
         # libsvm drops zero-weight samples and scikit-learn's support_ then indexes the
         # remaining ones; ours indexes X.
-        np.testing.assert_array_equal(ours.support_, np.flatnonzero(w > 0)[theirs.support_])
+        np.testing.assert_array_equal(
+            ours.support_, np.flatnonzero(w > 0)[theirs.support_]
+        )
         np.testing.assert_allclose(ours.dual_coef_, theirs.dual_coef_, atol=1e-4)
-        np.testing.assert_allclose(ours.decision_function(X), theirs.decision_function(X),
-                                   atol=1e-4)
+        np.testing.assert_allclose(
+            ours.decision_function(X), theirs.decision_function(X), atol=1e-4
+        )
     K = X @ X.T
     ours = SVC(kernel="precomputed", tol=TOL).fit(K, y)
     theirs = sk.SVC(kernel="precomputed", tol=TOL).fit(K, y)
-    np.testing.assert_allclose(ours.decision_function(K), theirs.decision_function(K), atol=1e-5)
+    np.testing.assert_allclose(
+        ours.decision_function(K), theirs.decision_function(K), atol=1e-5
+    )
 
 
 @pytest.mark.parametrize("nu", [0.05, 0.2, 0.4, 0.6, 0.8])
@@ -188,7 +229,9 @@ def test_hard_margin_is_the_large_C_limit_and_refuses_overlap():
     X, y = make_blobs(n_samples=40, centers=2, cluster_std=0.6, random_state=1)
     hard = SVC(C=np.inf, kernel="linear", tol=TOL).fit(X, y)
     soft = SVC(C=1e6, kernel="linear", tol=TOL).fit(X, y)
-    np.testing.assert_allclose(hard.decision_function(X), soft.decision_function(X), atol=1e-5)
+    np.testing.assert_allclose(
+        hard.decision_function(X), soft.decision_function(X), atol=1e-5
+    )
     margin = np.where(y == 1, 1, -1) * hard.decision_function(X)
     assert margin.min() == pytest.approx(1.0, abs=1e-5)
     Xo, yo = classification(0)
@@ -196,24 +239,36 @@ def test_hard_margin_is_the_large_C_limit_and_refuses_overlap():
         SVC(C=np.inf, kernel="linear").fit(Xo, yo)
 
 
-@pytest.mark.parametrize("make,match", [
-    (lambda: SVC(C=0).fit(*classification(0)), "C must be in"),
-    (lambda: SVC(C=-1.0).fit(*classification(0)), "C must be in"),
-    (lambda: NuSVC(nu=1.5).fit(*classification(0)), "nu must be in"),
-    (lambda: NuSVR(nu=0.0).fit(*regression(0)), "nu must be in"),
-    (lambda: OneClassSVM(nu=-0.1).fit(classification(0)[0]), "nu must be in"),
-    (lambda: NuSVC(nu=0.9).fit(np.arange(20.0)[:, None], [0] * 4 + [1] * 16), "infeasible"),
-    # ν at its limit 2 min(n₊, n₋)/n: feasible, but the margin is undefined (r = ∞).
-    (lambda: NuSVC(nu=0.4).fit(np.arange(20.0)[:, None], [0] * 4 + [1] * 16), "undefined"),
-    (lambda: SVC().fit(np.ones((5, 2)), [1] * 5), "single class"),
-    (lambda: SVC().fit([[np.nan, 1.0], [0.0, 1.0]], [0, 1]), "NaN"),
-    (lambda: SVR().fit(*classification(0)), "could not be converted"),
-    (lambda: SVC(kernel="cubic").fit(*classification(0)), "kernel must be one of"),
-    (lambda: SVC(gamma="wide").fit(*classification(0)), "gamma must be"),
-    (lambda: SVC(decision_function_shape="ova").fit(*classification(0)), "decision_function_shape"),
-    (lambda: SVR(epsilon=-1).fit(*regression(0)), "epsilon must be in"),
-    (lambda: SVC(class_weight={"z": 1.0}).fit(*classification(0)), "not in y"),
-])
+@pytest.mark.parametrize(
+    "make,match",
+    [
+        (lambda: SVC(C=0).fit(*classification(0)), "C must be in"),
+        (lambda: SVC(C=-1.0).fit(*classification(0)), "C must be in"),
+        (lambda: NuSVC(nu=1.5).fit(*classification(0)), "nu must be in"),
+        (lambda: NuSVR(nu=0.0).fit(*regression(0)), "nu must be in"),
+        (lambda: OneClassSVM(nu=-0.1).fit(classification(0)[0]), "nu must be in"),
+        (
+            lambda: NuSVC(nu=0.9).fit(np.arange(20.0)[:, None], [0] * 4 + [1] * 16),
+            "infeasible",
+        ),
+        # ν at its limit 2 min(n₊, n₋)/n: feasible, but the margin is undefined (r = ∞).
+        (
+            lambda: NuSVC(nu=0.4).fit(np.arange(20.0)[:, None], [0] * 4 + [1] * 16),
+            "undefined",
+        ),
+        (lambda: SVC().fit(np.ones((5, 2)), [1] * 5), "single class"),
+        (lambda: SVC().fit([[np.nan, 1.0], [0.0, 1.0]], [0, 1]), "NaN"),
+        (lambda: SVR().fit(*classification(0)), "could not be converted"),
+        (lambda: SVC(kernel="cubic").fit(*classification(0)), "kernel must be one of"),
+        (lambda: SVC(gamma="wide").fit(*classification(0)), "gamma must be"),
+        (
+            lambda: SVC(decision_function_shape="ova").fit(*classification(0)),
+            "decision_function_shape",
+        ),
+        (lambda: SVR(epsilon=-1).fit(*regression(0)), "epsilon must be in"),
+        (lambda: SVC(class_weight={"z": 1.0}).fit(*classification(0)), "not in y"),
+    ],
+)
 def test_bad_input_gets_a_clear_error(make, match):
     with pytest.raises((ValueError, TypeError), match=match):
         make()
@@ -223,7 +278,9 @@ def test_clone_and_grid_search_work():
     X, y = classification(1, n=80)
     model = SVC(C=2.0, gamma=0.5)
     assert clone(model).get_params() == model.get_params()
-    search = GridSearchCV(SVC(tol=1e-4), {"C": [0.5, 5.0], "gamma": [0.1, 1.0]}, cv=3).fit(X, y)
+    search = GridSearchCV(
+        SVC(tol=1e-4), {"C": [0.5, 5.0], "gamma": [0.1, 1.0]}, cv=3
+    ).fit(X, y)
     assert search.best_score_ > 0.6
     assert isinstance(search.best_estimator_, SVC)
 
@@ -239,6 +296,7 @@ def test_one_vs_rest_has_ambiguous_regions_one_vs_one_resolves():
 
 def test_ovo_tie_goes_to_the_lowest_class():
     from kernelref.svm.multiclass import ovo_vote
+
     # Three classes, each pair votes in a cycle: 0 beats 1, 1 beats 2, 2 beats 0.
     dec = np.array([[1.0, -1.0, 1.0]])
     assert ovo_vote(dec, 3)[0] == 0
@@ -246,8 +304,12 @@ def test_ovo_tie_goes_to_the_lowest_class():
 
 def test_kernel_rows_with_a_small_cache_recompute_rows():
     X, y = classification(3, n=50)
-    rows = problems.KernelRows(SVC()._prepare(X)[0] is not None and __import__(
-        "kernelref.kernels", fromlist=["RBF"]).RBF(0.5), X, cache_bytes=8 * 50 * 4)
+    rows = problems.KernelRows(
+        SVC()._prepare(X)[0] is not None
+        and __import__("kernelref.kernels", fromlist=["RBF"]).RBF(0.5),
+        X,
+        cache_bytes=8 * 50 * 4,
+    )
     K = __import__("kernelref.kernels", fromlist=["RBF"]).RBF(0.5)(X)
     for n in [0, 7, 3, 9, 0, 7, 12]:
         np.testing.assert_allclose(rows.row(n), K[n], atol=1e-12)

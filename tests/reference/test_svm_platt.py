@@ -13,8 +13,15 @@ from sklearn.svm import SVC as SklearnSVC
 
 from kernelref._validation import NotFittedError
 from kernelref.svm.platt import (
-    PlattCalibrated, coupling_matrix, pairwise_coupling, platt_objective, platt_targets,
-    sigmoid_predict, sigmoid_train, stratified_folds)
+    PlattCalibrated,
+    coupling_matrix,
+    pairwise_coupling,
+    platt_objective,
+    platt_targets,
+    sigmoid_predict,
+    sigmoid_train,
+    stratified_folds,
+)
 
 
 def scores(n, seed, shift=0.0):
@@ -39,8 +46,12 @@ def test_sigmoid_train_minimises_the_smoothed_cross_entropy(seed, shift):
     t = platt_targets(y)
     p = sigmoid_predict(f, A, B)
     assert np.abs([f @ (t - p), np.sum(t - p)]).max() < 1e-5
-    generic = minimize(lambda ab: platt_objective(ab[0], ab[1], f, t), [0.0, 0.0],
-                       method="BFGS", options={"gtol": 1e-10})
+    generic = minimize(
+        lambda ab: platt_objective(ab[0], ab[1], f, t),
+        [0.0, 0.0],
+        method="BFGS",
+        options={"gtol": 1e-10},
+    )
     assert platt_objective(A, B, f, t) <= generic.fun + 1e-9
     np.testing.assert_allclose([A, B], generic.x, atol=1e-5)
 
@@ -64,7 +75,7 @@ def test_sigmoid_train_is_finite_for_huge_separable_scores():
     f = np.concatenate([np.linspace(-900.0, -300.0, 20), np.linspace(300.0, 900.0, 20)])
     y = (f > 0).astype(int)
     with warnings.catch_warnings():
-        warnings.simplefilter("error")          # no overflow in exp, no failed search
+        warnings.simplefilter("error")  # no overflow in exp, no failed search
         A, B, _ = sigmoid_train(f, y)
     t = platt_targets(y)
     assert A < 0 and np.isfinite(platt_objective(A, B, f, t))
@@ -84,10 +95,14 @@ def test_pairwise_coupling_solves_its_optimality_conditions():
     # Qp = (pᵀQp)·1: every coordinate of the gradient equals the multiplier
     assert np.abs(Qp - pQp[:, None]).max() < 1e-13
     for n in range(3):
-        generic = minimize(lambda q: q @ Q[n] @ q, np.full(4, 0.25), method="SLSQP",
-                           bounds=[(0, 1)] * 4,
-                           constraints={"type": "eq", "fun": lambda q: q.sum() - 1},
-                           options={"ftol": 1e-15, "maxiter": 500})
+        generic = minimize(
+            lambda q: q @ Q[n] @ q,
+            np.full(4, 0.25),
+            method="SLSQP",
+            bounds=[(0, 1)] * 4,
+            constraints={"type": "eq", "fun": lambda q: q.sum() - 1},
+            options={"ftol": 1e-15, "maxiter": 500},
+        )
         np.testing.assert_allclose(p[n], generic.x, atol=1e-6)
 
 
@@ -95,8 +110,12 @@ def test_coupling_matrix_is_the_method_2_objective():
     # pᵀQp = ½ Σ_i Σ_{j≠i} (r_ji p_i − r_ij p_j)², Wu, Lin & Weng (2004), eq. (18)
     r = random_pairwise(1, 5, seed=6)[0]
     p = np.random.default_rng(7).dirichlet(np.ones(5))
-    direct = 0.5 * sum((r[j, i] * p[i] - r[i, j] * p[j]) ** 2
-                       for i in range(5) for j in range(5) if j != i)
+    direct = 0.5 * sum(
+        (r[j, i] * p[i] - r[i, j] * p[j]) ** 2
+        for i in range(5)
+        for j in range(5)
+        if j != i
+    )
     np.testing.assert_allclose(p @ coupling_matrix(r) @ p, direct, rtol=1e-13)
 
 
@@ -110,9 +129,10 @@ def test_consistent_pairwise_probabilities_are_recovered_exactly():
 def test_pairwise_coupling_matches_libsvm():
     X, y = make_blobs(120, centers=4, cluster_std=2.5, random_state=1)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)     # probability=True is deprecated
-        svc = SklearnSVC(probability=True, random_state=0,
-                         decision_function_shape="ovo").fit(X, y)
+        warnings.simplefilter("ignore", FutureWarning)  # probability=True is deprecated
+        svc = SklearnSVC(
+            probability=True, random_state=0, decision_function_shape="ovo"
+        ).fit(X, y)
         prob_A, prob_B = svc.probA_, svc.probB_
         libsvm_proba = svc.predict_proba(X)
     D = svc.decision_function(X)
@@ -144,8 +164,11 @@ def test_binary_probabilities_are_calibrated():
 
     def worst_bin(prob):
         bins = np.digitize(prob, np.linspace(0, 1, 6)[1:-1])
-        return max(abs(prob[bins == k].mean() - p_true[bins == k].mean())
-                   for k in range(5) if np.count_nonzero(bins == k) >= 500)
+        return max(
+            abs(prob[bins == k].mean() - p_true[bins == k].mean())
+            for k in range(5)
+            if np.count_nonzero(bins == k) >= 500
+        )
 
     # The decision value is linear in x, so the sigmoid family holds the truth and only
     # the fit of (A, B) errs. From N = 800 points each has a standard error of about
@@ -154,8 +177,11 @@ def test_binary_probabilities_are_calibrated():
     tolerance = 0.05
     assert worst_bin(p) < tolerance
     # The tolerance can fail: doubling the slope of the same sigmoid breaks it.
-    (A, B), = model.sigmoids_
-    assert worst_bin(sigmoid_predict(model.decision_function(X_test), 2 * A, B)) > tolerance
+    ((A, B),) = model.sigmoids_
+    assert (
+        worst_bin(sigmoid_predict(model.decision_function(X_test), 2 * A, B))
+        > tolerance
+    )
 
 
 def test_predict_is_argmax_and_differs_from_the_base_exactly_between_the_thresholds():
@@ -165,12 +191,14 @@ def test_predict_is_argmax_and_differs_from_the_base_exactly_between_the_thresho
     model = PlattCalibrated(SklearnSVC(kernel="rbf", C=1.0), random_state=0).fit(X, y)
     X_test = rng.uniform(-3, 3, (2000, 2))
     proba = model.predict_proba(X_test)
-    np.testing.assert_array_equal(model.predict(X_test), model.classes_[proba.argmax(1)])
+    np.testing.assert_array_equal(
+        model.predict(X_test), model.classes_[proba.argmax(1)]
+    )
     f = model.decision_function(X_test)
-    (A, B), = model.sigmoids_
+    ((A, B),) = model.sigmoids_
     base = model.estimators_[0].predict(X_test)
     disagree = model.predict(X_test) != base
-    between = f * (f + B / A) < 0          # f between 0 and the sigmoid's −B/A
+    between = f * (f + B / A) < 0  # f between 0 and the sigmoid's −B/A
     assert disagree.any()
     np.testing.assert_array_equal(disagree, between)
 
@@ -181,7 +209,10 @@ def test_multiclass_probabilities_sum_to_one_and_predict_well():
     model = PlattCalibrated(SklearnSVC(C=1.0), cv=3, random_state=1).fit(X, labels)
     proba = model.predict_proba(X)
     np.testing.assert_allclose(proba.sum(axis=1), 1.0, atol=1e-13)
-    assert model.decision_function(X).shape == (150, 3) and model.sigmoids_.shape == (3, 2)
+    assert model.decision_function(X).shape == (150, 3) and model.sigmoids_.shape == (
+        3,
+        2,
+    )
     assert model.score(X, labels) > 0.9
     assert set(model.predict(X)) <= set(labels)
 
@@ -190,7 +221,9 @@ def test_folds_are_stratified():
     y = np.repeat([0, 1, 2], [10, 20, 30])
     folds = stratified_folds(y, 5, np.random.default_rng(0))
     for k in range(5):
-        np.testing.assert_array_equal(np.bincount(y[folds == k], minlength=3), [2, 4, 6])
+        np.testing.assert_array_equal(
+            np.bincount(y[folds == k], minlength=3), [2, 4, 6]
+        )
 
 
 def test_clone_and_params_follow_scikit_learn():
@@ -200,21 +233,32 @@ def test_clone_and_params_follow_scikit_learn():
     assert copy.estimator is not model.estimator
     X, y = make_blobs(60, centers=2, random_state=0)
     model.fit(X, y)
-    assert model.get_params(deep=False)["cv"] == 4 and not hasattr(model.estimator, "support_")
+    assert model.get_params(deep=False)["cv"] == 4 and not hasattr(
+        model.estimator, "support_"
+    )
     model.set_params(estimator__C=0.5)
     assert model.estimator.C == 0.5
 
 
-@pytest.mark.parametrize("kwargs,X,y,error,match", [
-    ({"estimator": object()}, None, None, TypeError, "estimator must be a classifier"),
-    ({"cv": 1}, None, None, ValueError, "cv must be an integer"),
-    ({"cv": True}, None, None, ValueError, "cv must be an integer"),
-    ({"random_state": "seed"}, None, None, TypeError, "random_state"),
-    ({}, None, np.zeros(40), ValueError, "single class"),
-    ({}, np.full((40, 2), np.nan), None, ValueError, "NaN"),
-    ({}, None, np.r_[np.zeros(37), np.ones(3)], ValueError, "at least cv samples"),
-    ({}, np.zeros(40), None, ValueError, "2-D"),
-])
+@pytest.mark.parametrize(
+    "kwargs,X,y,error,match",
+    [
+        (
+            {"estimator": object()},
+            None,
+            None,
+            TypeError,
+            "estimator must be a classifier",
+        ),
+        ({"cv": 1}, None, None, ValueError, "cv must be an integer"),
+        ({"cv": True}, None, None, ValueError, "cv must be an integer"),
+        ({"random_state": "seed"}, None, None, TypeError, "random_state"),
+        ({}, None, np.zeros(40), ValueError, "single class"),
+        ({}, np.full((40, 2), np.nan), None, ValueError, "NaN"),
+        ({}, None, np.r_[np.zeros(37), np.ones(3)], ValueError, "at least cv samples"),
+        ({}, np.zeros(40), None, ValueError, "2-D"),
+    ],
+)
 def test_bad_input_is_refused_with_a_clear_message(kwargs, X, y, error, match):
     X = np.random.default_rng(0).normal(size=(40, 2)) if X is None else X
     y = np.repeat([0, 1], 20) if y is None else y
@@ -235,10 +279,16 @@ def test_use_before_fit_and_wrong_width_are_refused():
 
 def test_wraps_kernelref_svc_in_a_multiclass_problem():
     from kernelref.svm.estimators import SVC
+
     X, y = make_blobs(90, centers=3, cluster_std=1.5, random_state=4)
-    ours = PlattCalibrated(SVC(kernel="linear", C=1.0, tol=1e-6), cv=3, random_state=0).fit(X, y)
-    theirs = PlattCalibrated(SklearnSVC(kernel="linear", C=1.0, tol=1e-6), cv=3,
-                             random_state=0).fit(X, y)
+    ours = PlattCalibrated(
+        SVC(kernel="linear", C=1.0, tol=1e-6), cv=3, random_state=0
+    ).fit(X, y)
+    theirs = PlattCalibrated(
+        SklearnSVC(kernel="linear", C=1.0, tol=1e-6), cv=3, random_state=0
+    ).fit(X, y)
     # same folds, same pairwise problems: the two solvers give the same sigmoids
     np.testing.assert_allclose(ours.sigmoids_, theirs.sigmoids_, rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(ours.predict_proba(X), theirs.predict_proba(X), atol=1e-4)
+    np.testing.assert_allclose(
+        ours.predict_proba(X), theirs.predict_proba(X), atol=1e-4
+    )

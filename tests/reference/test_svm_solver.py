@@ -14,7 +14,9 @@ from kernelref.svm.solver import ConvergenceWarning, solve
 def data(n=30, seed=0):
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, 2))
-    y = np.where(X[:, 0] + 0.5 * X[:, 1] ** 2 + 0.4 * rng.normal(size=n) > 0.3, 1.0, -1.0)
+    y = np.where(
+        X[:, 0] + 0.5 * X[:, 1] ** 2 + 0.4 * rng.normal(size=n) > 0.3, 1.0, -1.0
+    )
     z = np.sin(2 * X[:, 0]) + 0.1 * rng.normal(size=n)
     return X, y, z
 
@@ -38,13 +40,30 @@ K30 = RBF(0.7)(X30)
 def generic_qp(qp, K):
     """min f(α) by SLSQP with the same equalities and box: an independent solver."""
     Q = np.outer(qp.y, qp.y) * K[np.ix_(qp.src, qp.src)]
-    cons = [{"type": "eq", "fun": lambda a: qp.y @ a - qp.y @ qp.alpha0, "jac": lambda a: qp.y}]
+    cons = [
+        {
+            "type": "eq",
+            "fun": lambda a: qp.y @ a - qp.y @ qp.alpha0,
+            "jac": lambda a: qp.y,
+        }
+    ]
     if qp.nu:
-        cons.append({"type": "eq", "fun": lambda a: a.sum() - qp.alpha0.sum(),
-                     "jac": lambda a: np.ones_like(a)})
-    res = minimize(lambda a: 0.5 * a @ Q @ a + qp.p @ a, qp.alpha0, jac=lambda a: Q @ a + qp.p,
-                   bounds=list(zip(np.zeros(len(qp.C)), qp.C)), constraints=cons,
-                   method="SLSQP", options={"ftol": 1e-14, "maxiter": 1000})
+        cons.append(
+            {
+                "type": "eq",
+                "fun": lambda a: a.sum() - qp.alpha0.sum(),
+                "jac": lambda a: np.ones_like(a),
+            }
+        )
+    res = minimize(
+        lambda a: 0.5 * a @ Q @ a + qp.p @ a,
+        qp.alpha0,
+        jac=lambda a: Q @ a + qp.p,
+        bounds=list(zip(np.zeros(len(qp.C)), qp.C)),
+        constraints=cons,
+        method="SLSQP",
+        options={"ftol": 1e-14, "maxiter": 1000},
+    )
     assert res.success, res.message
     return res.fun
 
@@ -57,15 +76,23 @@ def test_smo_objective_equals_a_generic_qp_solver(name):
     assert s.converged
     assert abs(s.objective - reference) <= 1e-7 * max(1.0, abs(reference))
     assert s.objective <= reference + 1e-9 * max(1.0, abs(reference))
-    assert s.objective == pytest.approx(problems.dual_objective(qp, K30, s.alpha), rel=1e-12)
+    assert s.objective == pytest.approx(
+        problems.dual_objective(qp, K30, s.alpha), rel=1e-12
+    )
 
 
 @pytest.mark.parametrize("name", FORMS)
 def test_smo_objective_never_increases(name):
     qp = FORMS[name]
     values = [problems.dual_objective(qp, K30, qp.alpha0)]
-    solve(qp, problems.KernelRows(RBF(0.7), X30), tol=1e-8,
-          callback=lambda info: values.append(problems.dual_objective(qp, K30, info.alpha)))
+    solve(
+        qp,
+        problems.KernelRows(RBF(0.7), X30),
+        tol=1e-8,
+        callback=lambda info: values.append(
+            problems.dual_objective(qp, K30, info.alpha)
+        ),
+    )
     steps = np.diff(values)
     assert len(steps) > 5
     assert np.all(steps <= 1e-12 * np.abs(values[1:]).max())
@@ -97,8 +124,12 @@ def test_tau_keeps_a_non_psd_kernel_and_duplicates_finite():
     X, y, _ = data(30, seed=2)
     X = np.vstack([X, X[:5]])
     y = np.concatenate([y, y[:5]])
-    s = solve(problems.c_svc(y, np.ones(35)), problems.KernelRows(Sigmoid(2.0, -1.0), X),
-              tol=1e-4, max_iter=20000)
+    s = solve(
+        problems.c_svc(y, np.ones(35)),
+        problems.KernelRows(Sigmoid(2.0, -1.0), X),
+        tol=1e-4,
+        max_iter=20000,
+    )
     assert np.all(np.isfinite(s.alpha)) and np.isfinite(s.rho)
     assert np.all((s.alpha >= 0) & (s.alpha <= 1))
 
