@@ -134,8 +134,8 @@ def check_samples(X, kernel, name="X", *, min_samples=1, accept_sparse=False):
     if isinstance(X, (str, bytes, set, frozenset, dict)) or not hasattr(X, "__len__"):
         raise TypeError(
             f"{name} must be a list (or 1-D array) of samples for the kernel "
-            f"{type(kernel).__name__}; got a {type(X).__name__}. Pass a list, e.g. [x] for "
-            "a single sample."
+            f"{type(kernel).__name__}; got a {type(X).__name__}. Pass a list, "
+            "e.g. [x] for a single sample."
         )
     if len(X) < min_samples:
         raise ValueError(
@@ -147,8 +147,9 @@ def check_samples(X, kernel, name="X", *, min_samples=1, accept_sparse=False):
     kinds = sorted({type(x).__name__ for x in samples})
     if len(kinds) > 1:
         raise TypeError(
-            f"{name} mixes samples of types {kinds}; the kernel {type(kernel).__name__} "
-            "compares samples of one type. Convert them all to one of these types."
+            f"{name} mixes samples of types {kinds}; the kernel "
+            f"{type(kernel).__name__} compares samples of one type. Convert them "
+            "all to one of these types."
         )
     return samples
 

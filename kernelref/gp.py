@@ -76,11 +76,11 @@ def factorise(K, noise):
         return cholesky(K, lower=True, overwrite_a=True, check_finite=False)
     except LinAlgError:
         raise NotPositiveDefiniteError(
-            f"K/noise + I is not positive definite (Cholesky failed) with noise={noise:g}. "
-            "Either the kernel is not positive semi-definite on these inputs "
-            "(kernelref.kernels.mercer_check reports its smallest Gram eigenvalue) or noise "
-            "is too small for the rounding errors of K: increase noise (e.g. noise=1e-6) "
-            "or add a White kernel to learn it."
+            "K/noise + I is not positive definite (Cholesky failed) with "
+            f"noise={noise:g}. Either the kernel is not positive semi-definite on "
+            "these inputs (kernelref.kernels.mercer_check reports its smallest Gram "
+            "eigenvalue) or noise is too small for the rounding errors of K: "
+            "increase noise (e.g. noise=1e-6) or add a White kernel to learn it."
         ) from None
 
 

@@ -151,7 +151,8 @@ def log_evidence_gradient(kernel, X, K, t, mode):
     term runs through the mode: ∂f̂/∂θ_j = (I − KR) ∂K ∇log p (GPML eq. 5.24)
     times ∂log q/∂f̂ = −½ ∂log|B|/∂f̂ = −½ diag((K⁻¹ + W)⁻¹) ∂W/∂f̂. Since
     ∂W/∂f̂ = −∇³log p, the factor is +½ in front of the third derivative
-    (``gpc-likelihood-derivatives``) and −½ in front of ∂W/∂f̂ (scikit-learn's form); mixing
+    (``gpc-likelihood-derivatives``) and −½ in front of ∂W/∂f̂ (scikit-learn's form);
+    mixing
     the two flips the term, and a finite-difference check tells them apart.
 
     Both terms are contractions Σ_ab M_ab ∂K_ab with

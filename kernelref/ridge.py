@@ -79,7 +79,8 @@ def weighted_dual_coefficients(K, t, lam, s, overwrite_K=False):
 
 
 def primal_weights(Phi, t, lam):
-    """w = (ΦᵀΦ + λI_M)⁻¹ Φᵀ t by Cholesky of the M×M matrix (label ``ridge-primal``)."""
+    """w = (ΦᵀΦ + λI_M)⁻¹ Φᵀ t by Cholesky of the M×M matrix (label
+    ``ridge-primal``)."""
     Phi = np.asarray(Phi, dtype=float)
     A = Phi.T @ Phi
     A.flat[:: len(A) + 1] += lam

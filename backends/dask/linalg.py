@@ -70,6 +70,20 @@ def create_factor(path, n, chunk_size, compressors=None, overwrite=True):
     )
 
 
+def _diagonal_factor(A, j, b, lam):
+    """chol(A) of diagonal tile j (A already holds + λI), or a clear error."""
+    try:
+        return cholesky(A, lower=True, check_finite=False)
+    except LinAlgError:
+        raise LinAlgError(
+            "K + lam*I is not positive definite: the Cholesky factorisation failed "
+            f"on diagonal tile {j} (rows {j * b} to {j * b + len(A) - 1}) with "
+            f"lam={lam!r}. The kernel is not positive semi-definite on this data; "
+            "use a larger lam, a positive semi-definite kernel, or "
+            "kernelref.ridge.KernelRidge, which falls back to an LDL^T factorisation."
+        ) from None
+
+
 def _factor_tile(K, L, lam, i, j, b, *written):
     """Compute and write the factor tile L_ij (the tile equations above).
 
@@ -82,16 +96,7 @@ def _factor_tile(K, L, lam, i, j, b, *written):
         A -= L_ip @ (L_ip if i == j else _tile(L, j, p, b)).T
     if i == j:
         A.flat[:: len(A) + 1] += lam
-        try:
-            tile = cholesky(A, lower=True, check_finite=False)
-        except LinAlgError:
-            raise LinAlgError(
-                f"K + lam*I is not positive definite: the Cholesky factorisation failed on "
-                f"diagonal tile {j} (rows {j * b} to {j * b + len(A) - 1}) with lam={lam!r}. "
-                "The kernel is not positive semi-definite on this data; use a larger lam, "
-                "a positive semi-definite kernel, or kernelref.ridge.KernelRidge, which "
-                "falls back to an LDL^T factorisation."
-            ) from None
+        tile = _diagonal_factor(A, j, b, lam)
     else:
         # L_ij L_jjᵀ = A, solved as L_jj L_ijᵀ = Aᵀ.
         tile = solve_triangular(
@@ -222,16 +227,7 @@ def _panel_task(K, L, lam, work, i, k, b, *written):
     A = _trailing_tile(K, work, i, k, k, b)
     if i == k:
         A.flat[:: len(A) + 1] += lam
-        try:
-            tile = cholesky(A, lower=True, check_finite=False)
-        except LinAlgError:
-            raise LinAlgError(
-                f"K + lam*I is not positive definite: the Cholesky factorisation failed on "
-                f"diagonal tile {k} (rows {k * b} to {k * b + len(A) - 1}) with lam={lam!r}. "
-                "The kernel is not positive semi-definite on this data; use a larger lam, "
-                "a positive semi-definite kernel, or kernelref.ridge.KernelRidge, which "
-                "falls back to an LDL^T factorisation."
-            ) from None
+        tile = _diagonal_factor(A, k, b, lam)
     else:
         tile = solve_triangular(
             _tile(L, k, k, b), A.T, lower=True, check_finite=False

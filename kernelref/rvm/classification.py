@@ -107,7 +107,8 @@ class Bernoulli:
 
     @staticmethod
     def whiten(Phi, a, t):
-        """Φ̃ = B^½Φ and t̃ = B^½t̂ = B^½a + B^(−½)(t − y) (label ``rvc-linearised-target``).
+        """Φ̃ = B^½Φ and t̃ = B^½t̂ = B^½a + B^(−½)(t − y) (label
+        ``rvc-linearised-target``).
 
         t̂ overflows where y(1 − y) underflows; its whitened residual does not:
         B^(−½)(t − y) = (2t − 1)exp(−(2t − 1)a/2), since (1 − σ(a))/√(σ(a)σ(−a))
@@ -122,7 +123,8 @@ BERNOULLI = Bernoulli()
 
 
 def laplace_log_evidence(Psi, alpha, L):
-    """Ψ(w*) + ½Σ log α_i − ½ log|Σ⁻¹|, log|Σ⁻¹| = 2Σ log L_ii (label ``rvc-laplace-evidence``)."""
+    """Ψ(w*) + ½Σ log α_i − ½ log|Σ⁻¹|, log|Σ⁻¹| = 2Σ log L_ii (label
+    ``rvc-laplace-evidence``)."""
     return Psi + 0.5 * np.sum(np.log(alpha)) - np.sum(np.log(np.diag(L)))
 
 

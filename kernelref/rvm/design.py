@@ -125,7 +125,8 @@ def posterior(Phi, t, alpha, beta):
 
 
 def log_evidence(Phi, t, alpha, beta, mu, L):
-    """log N(t | 0, C), C = β⁻¹I + ΦA⁻¹Φᵀ, from the posterior (label ``rvm-log-evidence``).
+    """log N(t | 0, C), C = β⁻¹I + ΦA⁻¹Φᵀ, from the posterior (label
+    ``rvm-log-evidence``).
 
     With the determinant lemma log|C| = −N log β − Σ log α_i + log|Σ⁻¹| and
     tᵀC⁻¹t = β‖t − Φμ‖² + μᵀAμ, where log|Σ⁻¹| = 2 Σ log L_ii:

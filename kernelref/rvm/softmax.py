@@ -105,7 +105,8 @@ def latent_moments(Phi_star, mu, Sigma, kept):
 
 
 def moderated_softmax(mean, covariance):
-    """p_k ∝ 1 / Σ_j exp(−κ(s²_kj)(μ_k − μ_j)), s²_kj = var(a_k − a_j), κ(s²) = (1 + πs²/8)^(−½)
+    """p_k ∝ 1 / Σ_j exp(−κ(s²_kj)(μ_k − μ_j)), s²_kj = var(a_k − a_j), κ(s²) = (1 +
+    πs²/8)^(−½)
     (label ``rvc-softmax-predictive``).
 
     The softmax written through differences, p_k = 1/Σ_j exp(a_j − a_k), with each

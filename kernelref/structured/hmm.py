@@ -79,7 +79,8 @@ def emission_factors(hmm, x, T):
 
 
 def joint_forward(hmm, x, y):
-    """Σ_z p(x | z) p(y | z) p(z) by the forward recursion (label ``hmm-joint-forward``)."""
+    """Σ_z p(x | z) p(y | z) p(z) by the forward recursion (label
+    ``hmm-joint-forward``)."""
     T = max(len(x), len(y))
     e = emission_factors(hmm, x, T) * emission_factors(hmm, y, T)
     alpha = hmm.start * e[0]

@@ -86,7 +86,8 @@ def sigmoid_predict(f, A, B):
 def sigmoid_train(f, y):
     """(A, B) minimising ``platt_objective`` for decision values `f` and labels `y`
     in {0, 1}: Newton's method with backtracking on the gradient and Hessian of
-    (platt-objective) (Lin, Lin & Weng 2007, Algorithm 1). Returns ``(A, B, n_iter)``."""
+    (platt-objective) (Lin, Lin & Weng 2007, Algorithm 1). Returns ``(A, B,
+    n_iter)``."""
     f = np.asarray(f, dtype=np.float64)
     t = platt_targets(y)
     n_positive = np.count_nonzero(y == 1)

@@ -161,7 +161,8 @@ def pair_step(state, i, j, Ki, Kj):
         t = min(room_i, room_j)
     new_i = alpha[i] + y[i] * t
     new_j = alpha[j] - y[j] * t
-    # Land exactly on the bound that stopped the step, so the sets I_up, I_low are exact.
+    # Land exactly on the bound that stopped the step, so the sets I_up, I_low are
+    # exact.
     if t == room_i:
         new_i = C[i] if y[i] > 0 else 0.0
     if t == room_j:
