@@ -27,7 +27,7 @@ import time
 import numpy as np
 
 from backends.dask.runtime import map_chunks
-from backends.dask.svm.tasks import product_chunk
+from backends.dask.svm.tasks import product_chunk, product_chunk_at
 from kernelref.svm import problems
 from kernelref.svm.solver import Solution, calculate_rho, solve
 
@@ -173,19 +173,14 @@ class BlockDecomposition:
         return {"alpha": alpha, "G": G, "previous": B, "gap": gap(self.qp, alpha, G)}
 
     # -- pieces ------------------------------------------------------------------
-    def product(self, Y, coef, phase):
-        """k(X, Y) @ coef over every training sample, on the workers."""
+    def product(self, Y, coef, phase, task=product_chunk):
+        """k(X, Y) @ coef over every training sample, on the workers; with
+        ``task=product_chunk_at``, Y holds row indices of the stored X."""
         tick = time.perf_counter()
         if len(Y) == 0:
             return np.zeros(self.store.n)
         parts = map_chunks(
-            self.client,
-            product_chunk,
-            self.store.x_ref,
-            self.kernel,
-            self.shift,
-            Y,
-            coef,
+            self.client, task, self.store.x_ref, self.kernel, self.shift, Y, coef
         )
         self._add(phase, tick)
         return np.concatenate(parts)
@@ -196,13 +191,8 @@ class BlockDecomposition:
             self.qp.src, weights=self.qp.y * alpha, minlength=self.store.n
         )
         used = np.flatnonzero(coef)
-        return (
-            self.qp.p
-            + self.qp.y
-            * self.product(self.X[used] - self.shift, coef[used], "full gradient")[
-                self.qp.src
-            ]
-        )
+        K_coef = self.product(used, coef[used], "full gradient", product_chunk_at)
+        return self.qp.p + self.qp.y * K_coef[self.qp.src]
 
     def _add(self, phase, tick):
         self.timings[phase] = self.timings.get(phase, 0.0) + time.perf_counter() - tick

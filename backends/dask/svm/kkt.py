@@ -11,7 +11,7 @@ import numpy as np
 from backends.dask.cluster import get_client
 from backends.dask.runtime import FitStore, map_chunks
 from backends.dask.svm.estimators import STATIONARY, _materialise
-from backends.dask.svm.tasks import product_chunk
+from backends.dask.svm.tasks import product_chunk, product_chunk_at
 from kernelref.svm import kkt as reference_kkt
 from kernelref.svm.multiclass import ovo_coefficients
 
@@ -68,18 +68,22 @@ def kkt_report(
 
     def product(coef):
         used = np.flatnonzero(np.any(coef != 0, axis=1))
-        Y = X_client[used] - shift
-        return np.concatenate(
-            map_chunks(client, product_chunk, data.x_ref, kernel, shift, Y, coef[used])
+        parts = map_chunks(
+            client, product_chunk_at, data.x_ref, kernel, shift, used, coef[used]
         )
+        return np.concatenate(parts)
 
     try:
         D, b = pair_coefficients(estimator)
-        S = estimator.support_vectors_ - shift
+        rows = estimator.support_
+        if np.array_equal(estimator.support_vectors_, X_client[rows]):
+            # The support vectors are rows of X: the workers gather them.
+            order = np.argsort(rows, kind="stable")
+            task, S, D = product_chunk_at, rows[order], D[order]
+        else:
+            task, S = product_chunk, estimator.support_vectors_ - shift
         decision = (
-            np.concatenate(
-                map_chunks(client, product_chunk, data.x_ref, kernel, shift, S, D)
-            )
+            np.concatenate(map_chunks(client, task, data.x_ref, kernel, shift, S, D))
             + b
         )
         return reference_kkt.kkt_report(

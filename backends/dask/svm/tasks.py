@@ -36,6 +36,15 @@ def product_chunk(ref, i, kernel, shift, Y, coef):
     return product_rows(read_chunk(ref, i) - shift, kernel, Y, coef)
 
 
+def product_chunk_at(ref, i, kernel, shift, rows, coef):
+    """Worker task: rows of chunk i of k(X, X[rows]) @ coef, `rows` sorted indices
+    of the stored X. The worker gathers X[rows] from its cached chunks, so a long
+    list of support vectors crosses the network as indices, not as vectors."""
+    return product_rows(
+        read_chunk(ref, i) - shift, kernel, gather_rows(ref, rows) - shift, coef
+    )
+
+
 def gather_rows(ref, indices):
     """Rows `indices` (sorted) of the stored X, read chunk by chunk."""
     chunk = indices // ref.chunk_size
