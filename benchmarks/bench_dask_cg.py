@@ -30,6 +30,9 @@ work, so absolute times are several times a quiet machine's):
   (relative residual 0.054): 1010 s in all; 64.4 s per iteration against a
   K_NM floor of 56.2 s (ratio 1.15); test RMSE 0.185 against 0.217 for exact
   ridge on a 10 000-point subsample (noise standard deviation 0.1).
+- cg50k, N = 50 000, rank 1000, tol 1e-6: 70 iterations, 639 s in all with the
+  client's preconditioner, progress printed every 10 iterations (9.1 s per
+  iteration against a product floor of 7.7 s). Before: unfinished after 25 min.
 - accuracy at N = 4000: see ``backends.dask.gp_matrix_free``.
 """
 
@@ -270,7 +273,7 @@ def part_gp(client, args):
         path, X, identity={"bench": "gp"}, chunk_size=4096, client=client
     )
     evidence = MatrixFreeEvidence(
-        client, store, X, y, noise, n_probes=args.probes, tol=1e-4, rank=args.rank
+        client, store, X, y, noise, n_probes=args.probes, tol=args.tol, rank=args.rank
     )
     start = time.perf_counter()
     lml, gradient = evidence.evaluate(kernel)
