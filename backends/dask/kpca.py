@@ -273,7 +273,7 @@ class KernelPCA(ReferenceKernelPCA):
         a[:, positive] = U[:, positive] / np.sqrt(lam[positive])
         self.kernel_, self._K_column_means = kernel, state["column_means"]
         self.eigenvalues_, self.eigenvectors_, self.dual_coef_ = lam, U, a
-        self.X_fit_ = X
+        self.X_fit_ = X.copy()  # the model owns its data
         self.n_passes_ = int(state["passes"])
         self.residual_ = float(state["residual"])
         self.store_ = str(store.path)

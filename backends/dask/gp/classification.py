@@ -232,7 +232,7 @@ class GaussianProcessClassifier(ReferenceClassifier):
         X = check_samples(X, kernel, "X")
         self._forget_fit()
         self.classes_, y_index = check_classification_targets(y, X.shape[0], "y")
-        self.X_fit_ = X
+        self.X_fit_ = X = X.copy()  # the model owns its data
         record_n_features(self, X)
         self.jitter_ = float(self.jitter)
         if len(self.classes_) == 2:
