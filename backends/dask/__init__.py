@@ -1,11 +1,12 @@
 """The Dask backend: kernel methods out of core, on any Dask cluster.
 
 Gram matrices live in Zarr stores (``GramStore``), factorisations run tile by
-tile on the workers (``linalg``), and iterative solvers stream kernel blocks
-without storing the Gram matrix (``cg``), and the SVMs are solved by block
-decomposition (``svm``) through the shared loop of long fits (``runtime``). Fitted estimators carry the
-reference's fitted state, so prediction and checks are shared with
-``kernelref``. Nothing starts at import; ``get_client`` finds or starts a cluster.
+tile on the workers (``linalg``), iterative solvers stream kernel blocks
+without storing the Gram matrix (``cg``, ``nystrom``), and the SVMs are solved
+by block decomposition (``svm``); long fits share one loop (``runtime``). Fitted
+estimators carry the reference's fitted state, so prediction and checks are
+shared with ``kernelref``. Nothing starts at import; ``get_client`` finds or
+starts a cluster.
 """
 
 from backends.dask.cluster import get_client

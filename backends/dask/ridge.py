@@ -113,12 +113,31 @@ class KernelRidge(ReferenceKernelRidge):
         X[centre_indices_]).
     """
 
-    def __init__(self, lam=1.0, kernel="rbf", gamma=None, degree=3, coef0=1, store=None,
-                 chunk_size=1024, solver="cholesky", preconditioner="pivoted_cholesky",
-                 rank=100, tol=_cg.DEFAULT_TOL, max_iter=_cg.DEFAULT_MAX_ITER, compressor=None,
-                 address=None, random_state=0, n_centres=1000, centres="uniform",
-                 progress=None, resume=True):
-        super().__init__(lam=lam, kernel=kernel, gamma=gamma, degree=degree, coef0=coef0)
+    def __init__(
+        self,
+        lam=1.0,
+        kernel="rbf",
+        gamma=None,
+        degree=3,
+        coef0=1,
+        store=None,
+        chunk_size=1024,
+        solver="cholesky",
+        preconditioner="pivoted_cholesky",
+        rank=100,
+        tol=_cg.DEFAULT_TOL,
+        max_iter=_cg.DEFAULT_MAX_ITER,
+        compressor=None,
+        address=None,
+        random_state=0,
+        n_centres=1000,
+        centres="uniform",
+        progress=None,
+        resume=True,
+    ):
+        super().__init__(
+            lam=lam, kernel=kernel, gamma=gamma, degree=degree, coef0=coef0
+        )
         self.store = store
         self.chunk_size = chunk_size
         self.solver = solver
@@ -139,33 +158,53 @@ class KernelRidge(ReferenceKernelRidge):
         if isinstance(self.kernel, str) and self.kernel == "precomputed":
             raise ValueError(
                 "backends.dask.KernelRidge does not take kernel='precomputed': a precomputed "
-                "Gram matrix is already in memory, so solve it with kernelref.ridge.KernelRidge.")
+                "Gram matrix is already in memory, so solve it with kernelref.ridge.KernelRidge."
+            )
         _check_choice(self.solver, "solver", SOLVERS)
         _check_choice(self.preconditioner, "preconditioner", PRECONDITIONERS)
         _check_choice(self.centres, "centres", CENTRE_SAMPLINGS)
-        check_integer(self.n_centres, "n_centres", meaning="It is the number of Nyström "
-                      "centres M.")
-        if not (self.progress is None or self.progress is False or callable(self.progress)):
-            raise TypeError("progress must be None (a bar on a terminal), False or a callable "
-                            f"receiving a Record; got {self.progress!r}.")
+        check_integer(
+            self.n_centres,
+            "n_centres",
+            meaning="It is the number of Nyström centres M.",
+        )
+        if not (
+            self.progress is None or self.progress is False or callable(self.progress)
+        ):
+            raise TypeError(
+                "progress must be None (a bar on a terminal), False or a callable "
+                f"receiving a Record; got {self.progress!r}."
+            )
         if not isinstance(self.resume, bool):
             raise TypeError(f"resume must be True or False; got {self.resume!r}.")
-        check_integer(self.chunk_size, "chunk_size", meaning="It is the edge of the Gram tiles.")
+        check_integer(
+            self.chunk_size, "chunk_size", meaning="It is the edge of the Gram tiles."
+        )
         check_integer(self.rank, "rank", meaning="It is the preconditioner's rank.")
         check_integer(self.max_iter, "max_iter", meaning="It caps the CG iterations.")
-        tol = check_positive(self.tol, "tol", meaning="It is the relative residual of CG.")
+        tol = check_positive(
+            self.tol, "tol", meaning="It is the relative residual of CG."
+        )
         if tol >= 1:
             raise ValueError(f"tol must be < 1 (a relative residual); got {tol!r}.")
         if self.store is not None and not isinstance(self.store, (str, os.PathLike)):
-            raise TypeError(f"store must be a directory path or None; got {self.store!r}.")
+            raise TypeError(
+                f"store must be a directory path or None; got {self.store!r}."
+            )
         if self.compressor not in COMPRESSORS:
-            raise ValueError(f"compressor must be one of {COMPRESSORS}; got {self.compressor!r}.")
+            raise ValueError(
+                f"compressor must be one of {COMPRESSORS}; got {self.compressor!r}."
+            )
         if self.address is not None and not isinstance(self.address, str):
-            raise TypeError(f"address must be a scheduler address string or None; "
-                            f"got {self.address!r}.")
+            raise TypeError(
+                f"address must be a scheduler address string or None; "
+                f"got {self.address!r}."
+            )
         seed = self.random_state
         if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-            raise TypeError(f"random_state must be an integer seed; got {self.random_state!r}.")
+            raise TypeError(
+                f"random_state must be an integer seed; got {self.random_state!r}."
+            )
 
     def fit(self, X, y):
         """Solve a = (K + λI)⁻¹ t on the cluster (label ``ridge-dual-solution``)."""
@@ -179,27 +218,41 @@ class KernelRidge(ReferenceKernelRidge):
             a = self._fit_cg(X, t, lam, kernel, client)
         else:
             self.__dict__.pop("store_", None)
-            X_fit, a, self.n_iter_ = _iterative.fit_nystrom(self, X, t, lam, kernel, client)
+            X_fit, a, self.n_iter_ = _iterative.fit_nystrom(
+                self, X, t, lam, kernel, client
+            )
         self.dual_coef_ = a
         self.kernel_ = kernel
-        self.X_fit_ = X_fit.copy() if X_fit is X else X_fit     # the model owns its data
+        self.X_fit_ = X_fit.copy() if X_fit is X else X_fit  # the model owns its data
         self.n_features_in_ = X.shape[1]
         return self
 
     def _fit_cholesky(self, X, t, lam, kernel, client):
         self.__dict__.pop("n_iter_", None)
         path = self._store_path()
-        store = GramStore.build(path, X, kernel, chunk_size=self.chunk_size,
-                                compressor=self.compressor, client=client,
-                                overwrite=self.store is None)
+        store = GramStore.build(
+            path,
+            X,
+            kernel,
+            chunk_size=self.chunk_size,
+            compressor=self.compressor,
+            client=client,
+            overwrite=self.store is None,
+        )
         self.store_ = str(store.path)
         L = _reusable_factor(store, lam)
         if L is None:
             L = create_factor(str(store.path / "cholesky"), store.n, store.chunk_size)
             tiled_cholesky(store.array, lam, L, client)
             # Set last, so an interrupted factorisation is never taken for a finished one.
-            L.attrs.update({"lam": lam, "data": store.attrs["data"],
-                            "kernel": store.attrs["kernel"], "complete": True})
+            L.attrs.update(
+                {
+                    "lam": lam,
+                    "data": store.attrs["data"],
+                    "kernel": store.attrs["kernel"],
+                    "complete": True,
+                }
+            )
         return tiled_cho_solve(L, t, client)
 
     def _fit_cg(self, X, t, lam, kernel, client):
@@ -214,7 +267,9 @@ class KernelRidge(ReferenceKernelRidge):
         if getattr(self, "_temporary", None) is None:
             directory = tempfile.mkdtemp(prefix="kernelref-gram-")
             self._temporary = directory
-            self._cleanup = weakref.finalize(self, shutil.rmtree, directory, ignore_errors=True)
+            self._cleanup = weakref.finalize(
+                self, shutil.rmtree, directory, ignore_errors=True
+            )
         return pathlib.Path(self._temporary) / "gram.zarr"
 
     def __getstate__(self):
@@ -237,13 +292,21 @@ def _reusable_factor(store, lam):
         L = zarr.open_array(store=str(path), mode="r+")
         attrs = L.attrs
     except Exception as exc:
-        warnings.warn(f"the stored Cholesky factor {str(path)!r} cannot be read ({exc}); "
-                      "it is discarded and recomputed.", RuntimeWarning, stacklevel=3)
+        warnings.warn(
+            f"the stored Cholesky factor {str(path)!r} cannot be read ({exc}); "
+            "it is discarded and recomputed.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
         return None
-    same = (attrs.get("complete") is True and attrs.get("lam") == lam
-            and attrs.get("data") == store.attrs["data"]
-            and attrs.get("kernel") == store.attrs["kernel"]
-            and L.shape == store.array.shape and tuple(L.chunks) == tuple(store.array.chunks))
+    same = (
+        attrs.get("complete") is True
+        and attrs.get("lam") == lam
+        and attrs.get("data") == store.attrs["data"]
+        and attrs.get("kernel") == store.attrs["kernel"]
+        and L.shape == store.array.shape
+        and tuple(L.chunks) == tuple(store.array.chunks)
+    )
     if not same:
         return None
     # A damaged factor would give wrong coefficients that look normal: check every
@@ -253,7 +316,9 @@ def _reusable_factor(store, lam):
         warnings.warn(
             f"the stored Cholesky factor {str(path)!r} has {len(damaged)} damaged tile(s) "
             f"{[block for block, _ in damaged][:10]} (first: {damaged[0][1]}); it is "
-            "discarded and recomputed.", RuntimeWarning, stacklevel=3)
+            "discarded and recomputed.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
         return None
     return L
-

@@ -27,11 +27,16 @@ def mathjax_source():
     if spec is None or not spec.submodule_search_locations:
         raise ExtensionError(
             "local_mathjax needs the 'django-static-mathjax' package (pip install "
-            "'kernelref[book]'); without it MathJax would be loaded from a CDN.")
-    source = Path(next(iter(spec.submodule_search_locations))) / "static" / "mathjax" / "es5"
+            "'kernelref[book]'); without it MathJax would be loaded from a CDN."
+        )
+    source = (
+        Path(next(iter(spec.submodule_search_locations))) / "static" / "mathjax" / "es5"
+    )
     if not (source / COMPONENT).is_file():
-        raise ExtensionError(f"local_mathjax: {source / COMPONENT} is missing; "
-                             "reinstall django-static-mathjax.")
+        raise ExtensionError(
+            f"local_mathjax: {source / COMPONENT} is missing; "
+            "reinstall django-static-mathjax."
+        )
     return source
 
 

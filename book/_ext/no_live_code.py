@@ -11,10 +11,12 @@ THEBE_MODULE = "sphinx_thebe"
 
 def thebe_listener_ids(app):
     """Ids of the event handlers that the sphinx_thebe extension connected."""
-    return [listener.id
-            for listeners in app.events.listeners.values()
-            for listener in listeners
-            if getattr(listener.handler, "__module__", "") == THEBE_MODULE]
+    return [
+        listener.id
+        for listeners in app.events.listeners.values()
+        for listener in listeners
+        if getattr(listener.handler, "__module__", "") == THEBE_MODULE
+    ]
 
 
 def disconnect_thebe(app, config):

@@ -22,8 +22,12 @@ def problem():
 def preconditioners(X, lam, rank=60):
     return {
         "none": None,
-        "pivoted_cholesky": cg.WoodburyPreconditioner(cg.pivoted_cholesky(KERNEL, X, rank), lam),
-        "nystrom": cg.WoodburyPreconditioner(cg.nystrom_factor(KERNEL, X, rank, 0), lam),
+        "pivoted_cholesky": cg.WoodburyPreconditioner(
+            cg.pivoted_cholesky(KERNEL, X, rank), lam
+        ),
+        "nystrom": cg.WoodburyPreconditioner(
+            cg.nystrom_factor(KERNEL, X, rank, 0), lam
+        ),
     }
 
 
@@ -31,7 +35,9 @@ def preconditioners(X, lam, rank=60):
 @pytest.mark.parametrize("lam", [1.0, 1e-2])
 def test_cg_converges_to_the_direct_solution(problem, name, lam):
     X, K, t = problem
-    result = cg.conjugate_gradients(lambda V: K @ V, t, lam, preconditioners(X, lam)[name])
+    result = cg.conjugate_gradients(
+        lambda V: K @ V, t, lam, preconditioners(X, lam)[name]
+    )
     expected = scipy.linalg.solve(K + lam * np.eye(len(K)), t, assume_a="pos")
     assert result.residual <= cg.DEFAULT_TOL
     true_residual = np.linalg.norm(t - (K @ result.a + lam * result.a), axis=0)
@@ -49,8 +55,10 @@ def test_cg_converges_to_the_direct_solution(problem, name, lam):
 def test_preconditioning_reduces_iterations_on_rbf(problem):
     X, K, t = problem
     lam = 1e-2
-    counts = {name: cg.conjugate_gradients(lambda V: K @ V, t[:, 0], lam, M).n_iter
-              for name, M in preconditioners(X, lam).items()}
+    counts = {
+        name: cg.conjugate_gradients(lambda V: K @ V, t[:, 0], lam, M).n_iter
+        for name, M in preconditioners(X, lam).items()
+    }
     assert 2 * counts["pivoted_cholesky"] < counts["none"], counts
     assert 2 * counts["nystrom"] < counts["none"], counts
 
@@ -99,8 +107,10 @@ def test_pivoted_cholesky_stops_at_the_rank_of_k(problem):
 
 def test_pivoted_cholesky_residual_trace_decreases(problem):
     X, K, _ = problem
-    traces = [np.trace(K - L @ L.T) for L in (cg.pivoted_cholesky(KERNEL, X, r)
-                                                for r in (5, 20, 60))]
+    traces = [
+        np.trace(K - L @ L.T)
+        for L in (cg.pivoted_cholesky(KERNEL, X, r) for r in (5, 20, 60))
+    ]
     assert traces[0] > traces[1] > traces[2] > 0
 
 
@@ -115,8 +125,9 @@ def test_woodbury_equals_the_direct_inverse(problem):
     X, _, t = problem
     L = cg.pivoted_cholesky(KERNEL, X, 30)
     expected = scipy.linalg.solve(L @ L.T + 0.3 * np.eye(len(X)), t)
-    np.testing.assert_allclose(cg.WoodburyPreconditioner(L, 0.3)(t), expected, rtol=1e-10,
-                               atol=1e-10)
+    np.testing.assert_allclose(
+        cg.WoodburyPreconditioner(L, 0.3)(t), expected, rtol=1e-10, atol=1e-10
+    )
 
 
 @pytest.mark.slow
@@ -125,7 +136,9 @@ def test_streamed_product_equals_k_times_v(client, problem, chunk_size):
     X, K, t = problem
     with cg.StreamedGram(X, KERNEL, client, chunk_size) as K_times:
         np.testing.assert_allclose(K_times(t), K @ t, rtol=1e-12, atol=1e-12)
-        np.testing.assert_allclose(K_times(t[:, :1]), K @ t[:, :1], rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(
+            K_times(t[:, :1]), K @ t[:, :1], rtol=1e-12, atol=1e-12
+        )
 
 
 @pytest.mark.slow
