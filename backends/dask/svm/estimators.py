@@ -43,6 +43,14 @@ OPERATIONAL = ("store", "address", "progress", "resume", "max_iter", "cache_size
 STATIONARY = ("RBF", "Laplacian", "ARD")
 
 
+def centring_shift(kernel, X):
+    """The mean of X for a stationary kernel (a common shift changes no distance
+    and centred data loses less to cancellation), else zeros (dot products)."""
+    if type(kernel).__name__ in STATIONARY:
+        return X.mean(axis=0)
+    return np.zeros(X.shape[1])
+
+
 def _materialise(X):
     """A numpy copy of numpy, Zarr or dask input (X of N × D fits the client)."""
     module = type(X).__module__
@@ -212,8 +220,7 @@ class _DaskSVM:
 
     def _solve_large(self, p, n_machines, qp, X, store, client):
         """Warm start, then block decomposition through the runtime."""
-        stationary = type(self.kernel_).__name__ in STATIONARY
-        shift = X.mean(axis=0) if stationary else np.zeros(X.shape[1])
+        shift = centring_shift(self.kernel_, X)
         timings, info = {}, self.fit_info_[p]
 
         def initial_alpha():

@@ -10,7 +10,7 @@ import numpy as np
 
 from backends.dask.cluster import get_client
 from backends.dask.runtime import FitStore, map_chunks
-from backends.dask.svm.estimators import STATIONARY, _materialise
+from backends.dask.svm.estimators import _materialise, centring_shift
 from backends.dask.svm.tasks import product_chunk, product_chunk_at
 from kernelref.svm import kkt as reference_kkt
 from kernelref.svm.multiclass import ovo_coefficients
@@ -60,11 +60,7 @@ def kkt_report(
         chunk_size=chunk_size,
         client=client,
     )
-    shift = (
-        X_client.mean(axis=0)
-        if type(kernel).__name__ in STATIONARY
-        else np.zeros(X_client.shape[1])
-    )
+    shift = centring_shift(kernel, X_client)
 
     def product(coef):
         used = np.flatnonzero(np.any(coef != 0, axis=1))
