@@ -58,8 +58,10 @@ __all__ = [
     "BETA_UPDATE_FREQUENCY",
     "BETA_UPDATE_START",
     "DRIFT_MAX",
+    "FastLoop",
     "FastModel",
     "FastResult",
+    "FastState",
     "INIT_ALPHA_MAX",
     "MIN_DELTA_LOG_BETA",
     "REFRESH_INTERVAL",
@@ -74,6 +76,7 @@ __all__ = [
     "fast_marginal_likelihood",
     "fast_on_unit_columns",
     "fast_regression",
+    "fast_schedule",
     "held_then_released",
     "initial_model",
     "stalled",
@@ -83,6 +86,7 @@ __all__ = [
     "optimal_alpha",
     "reestimate_basis_function",
     "refresh",
+    "run_to_end",
     "sparsity_quality",
     "unit_columns",
 ]
@@ -234,20 +238,34 @@ def fast_marginal_likelihood(Phi, t, *, alpha=None, **settings):
     return on_user_scale(result, scales)
 
 
-def fast_on_unit_columns(
-    Phi,
-    usable,
-    t,
-    *,
-    max_iter=10000,
-    tol=1e-3,
-    update_beta=True,
-    beta=None,
-    alpha=None,
-    alignment_max=ALIGNMENT_MAX,
-):
+def fast_on_unit_columns(Phi, usable, t, **settings):
     """Tipping & Faul's sequential algorithm on columns of unit norm (or zero,
-    where ``usable`` is false); α, μ and Σ are on the scale of these columns.
+    where ``usable`` is false), run to its end: `FastLoop` driven by
+    `run_to_end`. α, μ and Σ are on the scale of these columns."""
+    return run_to_end(FastLoop(Phi, usable, t, **settings))
+
+
+def run_to_end(loop, name=None):
+    """Drive a `FastLoop` until it is done and return its `FastResult`. The Dask
+    backend passes its own driver, with checkpoints and progress, in this place;
+    ``name`` tells the runs of a β schedule apart."""
+    state = loop.start()
+    while not loop.done(state):
+        state = loop.step(state)
+    return loop.result(state)
+
+
+#: Where a `FastLoop` stands: the ``model`` (`FastModel`), the iterations so far,
+#: the iterations since the last β update, whether it has converged, and the log
+#: evidence and action (as in `FastResult`) of every iteration.
+FastState = namedtuple(
+    "FastState", "model n_iter since_beta converged evidence actions"
+)
+
+
+class FastLoop:
+    """Tipping & Faul's sequential algorithm as a loop the caller drives: `start`,
+    then `step` until `done`, then `result`.
 
     Implements (rvm-sq), (rvm-decomposition), (rvm-fast-alpha) and the noise
     update (rvm-noise) on the schedule of SparseBayes. Starts, as SparseBayes
@@ -263,94 +281,155 @@ def fast_on_unit_columns(
     `add_basis_function`, `reestimate_basis_function` or `delete_basis_function`.
     S, Q and H⁻¹ are carried from one iteration to the next by rank-one updates
     (rvm-SQ-rank-one, O(Pm) on an addition or re-estimation) and factorised afresh
-    (rvm-SQ-stable, O(Pm² + m³)) after a deletion, after a β update, and every
-    `REFRESH_INTERVAL` rank-one updates, an interval adapted to the drift measured
-    at each of them (`refresh`) to keep it below `DRIFT_MAX`.
+    (rvm-SQ-stable, O(Pm² + m³)) after a β update, and every `REFRESH_INTERVAL`
+    rank-one updates, an interval adapted to the drift measured at each of them
+    (`refresh`) to keep it below `DRIFT_MAX`.
 
     ``beta`` replaces the starting β (with ``update_beta=False``, the fixed β),
     and ``alpha`` (one per column, ``np.inf`` outside the model) replaces the
     starting model: a warm start, which the relevance vector classifier uses on
     each new Gaussian approximation of its likelihood.
-    """
-    N, P = Phi.shape
-    PhiT_t = Phi.T @ t
-    beta = initial_beta(t) if beta is None else float(beta)
-    beta_max = BETA_MAX_FACTOR / np.var(t) if update_beta else np.inf
 
-    if alpha is None:
-        first = int(np.argmax(np.abs(PhiT_t)))
-        active = [first]
-        s1, q1 = beta, beta * PhiT_t[first]  # S, Q of a unit column when C = β⁻¹I
-        alpha = np.full(P, np.inf)
-        alpha[first] = s1**2 / (q1**2 - s1) if q1**2 > s1 else INIT_ALPHA_MAX
-    else:
-        alpha = np.array(alpha, dtype=float)
-        active = np.flatnonzero(np.isfinite(alpha))
-    model = refresh(
-        initial_model(Phi, active, alpha, beta), Phi, usable, t, PhiT_t, alignment_max
-    )
-    evidence, actions = [], []
-    converged = False
-    since_beta = 0
-    for n_iter in range(1, max_iter + 1):
-        j, new_alpha, gain, settled = choose_action(model, usable, tol, alignment_max)
-        fresh = False
+    Φ is used only through ``Phi.shape``, its columns ``Phi[:, j]`` and
+    ``Phi[:, index]``, and left products ``v @ Phi`` and ``V @ Phi``: an object
+    offering these (the Dask backend's streamed design, whose columns are never
+    all in one place) runs the same algorithm.
+    """
+
+    def __init__(
+        self,
+        Phi,
+        usable,
+        t,
+        *,
+        max_iter=10000,
+        tol=1e-3,
+        update_beta=True,
+        beta=None,
+        alpha=None,
+        alignment_max=ALIGNMENT_MAX,
+    ):
+        self.Phi, self.usable, self.t = Phi, usable, t
+        self.max_iter, self.tol, self.update_beta = max_iter, tol, update_beta
+        self.alignment_max = alignment_max
+        self.PhiT_t = t @ Phi
+        self.beta0 = initial_beta(t) if beta is None else float(beta)
+        self.beta_max = BETA_MAX_FACTOR / np.var(t) if update_beta else np.inf
+        self.alpha0 = None if alpha is None else np.array(alpha, dtype=float)
+
+    def start(self):
+        """The first model, factorised: the warm start ``alpha``, or the column
+        most aligned with t with its optimal α."""
+        P = self.Phi.shape[1]
+        if self.alpha0 is None:
+            first = int(np.argmax(np.abs(self.PhiT_t)))
+            active = [first]
+            # S, Q of a unit column when C = β⁻¹I
+            s1, q1 = self.beta0, self.beta0 * self.PhiT_t[first]
+            alpha = np.full(P, np.inf)
+            alpha[first] = s1**2 / (q1**2 - s1) if q1**2 > s1 else INIT_ALPHA_MAX
+        else:
+            alpha = self.alpha0.copy()
+            active = np.flatnonzero(np.isfinite(alpha))
+        model = refresh(
+            initial_model(self.Phi, active, alpha, self.beta0),
+            self.Phi,
+            self.usable,
+            self.t,
+            self.PhiT_t,
+            self.alignment_max,
+        )
+        return FastState(model, 0, 0, False, [], [])
+
+    def done(self, state):
+        """Converged, or out of iterations."""
+        return state.converged or state.n_iter >= self.max_iter
+
+    def step(self, state):
+        """One iteration: the best action, then β on its schedule, then a fresh
+        factorisation when one is due."""
+        model, n_iter = state.model, state.n_iter + 1
+        j, new_alpha, gain, settled = choose_action(
+            model, self.usable, self.tol, self.alignment_max
+        )
         if gain[j] <= 0:
             # No single α change raises the evidence: only β may still move.
-            actions.append(("none", j))
+            action = "none"
         elif np.isinf(new_alpha[j]):
-            actions.append(("delete", j))
-            model = delete_basis_function(model, j, alignment_max)
+            action = "delete"
+            model = delete_basis_function(model, j, self.alignment_max)
         elif not np.isfinite(model.alpha[j]):
-            actions.append(("add", j))
+            action = "add"
             model = add_basis_function(
-                model, Phi, t, usable, j, new_alpha[j], alignment_max
+                model,
+                self.Phi,
+                self.t,
+                self.usable,
+                j,
+                new_alpha[j],
+                self.alignment_max,
             )
         else:
-            actions.append(("reestimate", j))
+            action = "reestimate"
             model = reestimate_basis_function(model, j, new_alpha[j])
         if gain[j] > 0:
             model = model._replace(log_evidence=model.log_evidence + gain[j])
 
-        since_beta += 1
+        since_beta = state.since_beta + 1
         beta_due = n_iter <= BETA_UPDATE_START or since_beta >= beta_interval(
             len(model.active)
         )
-        beta_change = 0.0
-        if update_beta and (beta_due or settled):
-            new_beta = noise_update(model, N, beta_max)
+        beta_change, fresh = 0.0, False
+        if self.update_beta and (beta_due or settled):
+            new_beta = noise_update(model, len(self.t), self.beta_max)
             beta_change = abs(np.log(new_beta / model.beta))
             model, fresh, since_beta = model._replace(beta=new_beta), True, 0
         if fresh or model.since_fresh >= model.interval:
             # After a new β the maintained S, Q are stale, not drifted: no measurement.
             model = refresh(
-                model, Phi, usable, t, PhiT_t, alignment_max, measure=not fresh
+                model,
+                self.Phi,
+                self.usable,
+                self.t,
+                self.PhiT_t,
+                self.alignment_max,
+                measure=not fresh,
             )
-        evidence.append(model.log_evidence)
-        if settled and beta_change < MIN_DELTA_LOG_BETA:
-            converged = True
-            break
+        state.evidence.append(model.log_evidence)  # the logs grow in place
+        state.actions.append((action, j))
+        converged = bool(settled and beta_change < MIN_DELTA_LOG_BETA)
+        return FastState(
+            model, n_iter, since_beta, converged, state.evidence, state.actions
+        )
 
-    active = model.active
-    post = coordinate_posterior(
-        model.Psi[:, active], model.tau, model.perp, model.alpha[active], model.beta, N
-    )
-    gamma = gamma_factors(model.alpha[active], np.diag(post.Sigma))
-    return FastResult(
-        active,
-        model.alpha[active],
-        model.beta,
-        post.mu,
-        post.Sigma,
-        gamma,
-        post.log_evidence,
-        np.array(evidence),
-        actions,
-        n_iter,
-        converged,
-        model.n_fresh,
-        model.drift,
-    )
+    def result(self, state):
+        """The `FastResult` of the model where the loop stands."""
+        model, N = state.model, len(self.t)
+        active = model.active
+        post = coordinate_posterior(
+            model.Psi[:, active],
+            model.tau,
+            model.perp,
+            model.alpha[active],
+            model.beta,
+            N,
+        )
+        gamma = gamma_factors(model.alpha[active], np.diag(post.Sigma))
+        return FastResult(
+            active,
+            model.alpha[active],
+            model.beta,
+            post.mu,
+            post.Sigma,
+            gamma,
+            post.log_evidence,
+            np.array(state.evidence),
+            state.actions,
+            state.n_iter,
+            state.converged,
+            model.n_fresh,
+            model.drift,
+        )
 
 
 #: The state the sequential algorithm carries between iterations: the model
@@ -609,16 +688,23 @@ def check_beta_schedule(beta_schedule):
         )
 
 
-def held_then_released(Phi_unit, usable, t, hold_tol, **settings):
+def held_then_released(
+    Phi_unit, usable, t, hold_tol, *, drive=run_to_end, name="hold", **settings
+):
     """The 'hold' schedule: the sequential algorithm at the starting β, to the
-    tolerance ``hold_tol`` on log α, then from that model with β learnt."""
-    held = fast_on_unit_columns(
-        Phi_unit, usable, t, update_beta=False, **{**settings, "tol": hold_tol}
+    tolerance ``hold_tol`` on log α, then from that model with β learnt. Each
+    run is a `FastLoop` given to ``drive`` (`run_to_end`) with a name."""
+    held = drive(
+        FastLoop(
+            Phi_unit, usable, t, update_beta=False, **{**settings, "tol": hold_tol}
+        ),
+        f"{name}-held",
     )
     alpha = np.full(Phi_unit.shape[1], np.inf)
     alpha[held.active] = held.alpha
-    released = fast_on_unit_columns(
-        Phi_unit, usable, t, alpha=alpha, beta=held.beta, **settings
+    released = drive(
+        FastLoop(Phi_unit, usable, t, alpha=alpha, beta=held.beta, **settings),
+        f"{name}-released",
     )
     return released._replace(
         evidence=np.concatenate([held.evidence, released.evidence]),
@@ -639,7 +725,17 @@ def stalled(result):
 
 
 def fast_regression(Phi, t, *, beta_schedule="auto", **settings):
-    """The fast algorithm with the noise precision β learnt on one of the schedules.
+    """The fast algorithm with the noise precision β learnt on one of the schedules
+    (`fast_schedule`), on Φ's columns scaled to unit norm once for all runs; the
+    result is on the scale of Φ's columns."""
+    check_beta_schedule(beta_schedule)
+    Phi_unit, scales = unit_columns(Phi)  # once, for every run
+    result = fast_schedule(Phi_unit, scales > 0, t, beta_schedule, **settings)
+    return on_user_scale(result, scales)
+
+
+def fast_schedule(Phi_unit, usable, t, beta_schedule, *, drive=run_to_end, **settings):
+    """The runs of one β schedule on unit columns, the highest evidence kept.
 
     'update' is SparseBayes's: β re-estimated at each of the first iterations.
     With a one-function model that makes most of the targets look like noise, and
@@ -651,27 +747,29 @@ def fast_regression(Phi, t, *, beta_schedule="auto", **settings):
     or deletion pays and every α is within a factor e^`HOLD_TOL` of its optimum — the
     held phase only has to find the basis functions, not settle their α — and runs
     'hold' in full as well only when that run `stalled`. (The fast-algorithm chapter
-    measures all of them.) The columns are scaled to unit norm once for all runs;
-    ``settings`` go to `fast_on_unit_columns`.
+    measures all of them.) Every run is a `FastLoop` given to ``drive``;
+    ``settings`` go to `FastLoop`.
     """
-    check_beta_schedule(beta_schedule)
-    Phi_unit, scales = unit_columns(Phi)  # once, for every run
-    usable = scales > 0
+    tol = settings.get("tol", 1e-3)
     runs = []
     if beta_schedule == "auto":
-        runs.append(held_then_released(Phi_unit, usable, t, HOLD_TOL, **settings))
+        runs.append(
+            held_then_released(
+                Phi_unit, usable, t, HOLD_TOL, drive=drive, name="auto", **settings
+            )
+        )
         if stalled(runs[0]):  # hold β until the α settle
             runs.append(
                 held_then_released(
-                    Phi_unit, usable, t, settings.get("tol", 1e-3), **settings
+                    Phi_unit, usable, t, tol, drive=drive, name="hold", **settings
                 )
             )
     if beta_schedule in ("update", "both"):
-        runs.append(fast_on_unit_columns(Phi_unit, usable, t, **settings))
+        runs.append(drive(FastLoop(Phi_unit, usable, t, **settings), "update"))
     if beta_schedule in ("hold", "both"):
         runs.append(
             held_then_released(
-                Phi_unit, usable, t, settings.get("tol", 1e-3), **settings
+                Phi_unit, usable, t, tol, drive=drive, name="hold", **settings
             )
         )
-    return on_user_scale(max(runs, key=lambda run: run.log_evidence), scales)
+    return max(runs, key=lambda run: run.log_evidence)
