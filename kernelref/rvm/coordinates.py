@@ -28,6 +28,7 @@ __all__ = [
     "add_coordinate",
     "add_in_span_step",
     "add_step",
+    "cholesky_H",
     "coordinate_posterior",
     "delete_step",
     "drop_coordinate",
@@ -72,18 +73,25 @@ def span_residual(Psi, unit):
     return np.maximum(unit - np.einsum("mp,mp->p", Psi, Psi), 0.0)
 
 
-def stable_SQ(Psi, active, alpha, beta, residual, PhiT_t, tau):
+def cholesky_H(R, alpha, beta):
+    """The lower Cholesky factor of H = I + βRA⁻¹Rᵀ (label ``rvm-SQ-stable``)."""
+    G = R * np.sqrt(beta / alpha)  # √β R A^(−½)
+    H = G @ G.T
+    H.flat[:: len(H) + 1] += 1.0
+    return cholesky(H, lower=True, check_finite=False)
+
+
+def stable_SQ(Psi, active, alpha, beta, residual, PhiT_t, tau, L=None):
     """S_i = φ_iᵀC⁻¹φ_i and Q_i = φ_iᵀC⁻¹t for every column (label ``rvm-SQ-stable``).
 
     With C⁻¹ = β[(I − UUᵀ) + UH⁻¹Uᵀ], H = I + βRA⁻¹Rᵀ, R = Ψ_M and τ = Uᵀt:
     S_i = β[‖φ_i‖² − ‖ψ_i‖² + ψ_iᵀH⁻¹ψ_i] and Q_i = β[φ_iᵀt − ψ_iᵀτ + ψ_iᵀH⁻¹τ];
     ``residual`` holds ‖φ_i‖² − ‖ψ_i‖² (`span_residual`). H's eigenvalues are
     at least 1, so ψ_iᵀH⁻¹ψ_i ≤ ‖ψ_i‖² and no term is a difference of large numbers.
+    ``L``, H's Cholesky factor (`cholesky_H`), is computed when not given.
     """
-    G = Psi[:, active] * np.sqrt(beta / alpha)  # √β R A^(−½)
-    H = G @ G.T
-    H.flat[:: len(active) + 1] += 1.0
-    L = cholesky(H, lower=True, check_finite=False)
+    if L is None:
+        L = cholesky_H(Psi[:, active], alpha, beta)
     Z = solve_triangular(L, Psi, lower=True, check_finite=False)
     z = solve_triangular(L, tau, lower=True, check_finite=False)
     outside = residual.copy()
@@ -140,12 +148,9 @@ def fresh_statistics(Psi, active, alpha, beta, residual, PhiT_t, tau):
     (as a sum of squares), from scratch: the starting point of the rank-one
     updates, what they are refreshed to, and with C = β⁻¹[(I − UUᵀ) + UHUᵀ] the
     evidence (`split_log_evidence`)."""
-    S, Q = stable_SQ(Psi, active, alpha, beta, residual, PhiT_t, tau)
-    G = Psi[:, active] * np.sqrt(beta / alpha)
-    H = G @ G.T
-    H.flat[:: len(H) + 1] += 1.0
-    L = cholesky(H, lower=True, check_finite=False)
-    L_inv = solve_triangular(L, np.eye(len(H)), lower=True, check_finite=False)
+    L = cholesky_H(Psi[:, active], alpha, beta)
+    S, Q = stable_SQ(Psi, active, alpha, beta, residual, PhiT_t, tau, L)
+    L_inv = solve_triangular(L, np.eye(len(L)), lower=True, check_finite=False)
     z = L_inv @ tau
     return S, Q, L_inv.T @ L_inv, 2.0 * np.sum(np.log(np.diag(L))), z @ z
 

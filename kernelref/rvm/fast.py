@@ -47,6 +47,7 @@ from kernelref.rvm.coordinates import (
     split_log_evidence,
 )
 from kernelref.rvm.design import initial_beta
+from kernelref.rvm.polish import newton_polish
 from kernelref.rvm.reestimate import gamma_factors
 
 __all__ = [
@@ -86,6 +87,7 @@ __all__ = [
     "optimal_alpha",
     "reestimate_basis_function",
     "refresh",
+    "refresh_interval",
     "run_to_end",
     "sparsity_quality",
     "unit_columns",
@@ -124,8 +126,8 @@ SPAN_RESIDUAL_MIN = 1e-10
 #: the bound is seen, and the interval cut, only after the updates that made it.
 DRIFT_MAX = 1e-8
 #: S, Q are factorised afresh after this many rank-one updates at first; each
-#: refactorisation measures the drift and doubles the interval while the drift is
-#: below DRIFT_MAX/10⁴, or quarters it when it exceeds DRIFT_MAX/100.
+#: refactorisation measures the drift and sets the next interval from its rate per
+#: update (`refresh_interval`).
 REFRESH_INTERVAL = 16
 #: The interval never exceeds this.
 REFRESH_INTERVAL_MAX = 1024
@@ -308,8 +310,10 @@ class FastLoop:
         beta=None,
         alpha=None,
         alignment_max=ALIGNMENT_MAX,
+        polish=True,
     ):
         self.Phi, self.usable, self.t = Phi, usable, t
+        self.polish = polish
         self.max_iter, self.tol, self.update_beta = max_iter, tol, update_beta
         self.alignment_max = alignment_max
         self.PhiT_t = t @ Phi
@@ -352,6 +356,17 @@ class FastLoop:
         j, new_alpha, gain, settled = choose_action(
             model, self.usable, self.tol, self.alignment_max
         )
+        if (
+            self.polish
+            and not settled
+            and gain[j] > 0
+            and not _pays(model, new_alpha, gain)
+        ):
+            polished = polish_model(
+                model, len(self.t), self.tol, self.update_beta, self.beta_max
+            )
+            if polished.n_steps > 0:
+                return self._after_polish(state, polished, n_iter)
         if gain[j] <= 0:
             # No single α change raises the evidence: only β may still move.
             action = "none"
@@ -400,6 +415,27 @@ class FastLoop:
         converged = bool(settled and beta_change < MIN_DELTA_LOG_BETA)
         return FastState(
             model, n_iter, since_beta, converged, state.evidence, state.actions
+        )
+
+    def _after_polish(self, state, polished, n_iter):
+        """The state after a `polish_model` step: α of the model and β set, every
+        statistic factorised afresh."""
+        model = state.model
+        alpha = model.alpha.copy()
+        alpha[model.active] = polished.alpha
+        model = refresh(
+            model._replace(alpha=alpha, beta=polished.beta),
+            self.Phi,
+            self.usable,
+            self.t,
+            self.PhiT_t,
+            self.alignment_max,
+        )
+        state.evidence.append(model.log_evidence)
+        state.actions.append(("polish", polished.n_steps))
+        since_beta = 0 if self.update_beta else state.since_beta + 1
+        return FastState(
+            model, n_iter, since_beta, False, state.evidence, state.actions
         )
 
     def result(self, state):
@@ -483,6 +519,17 @@ def beta_interval(m):
     return max(BETA_UPDATE_FREQUENCY, m)
 
 
+def refresh_interval(measured, n_updates, interval):
+    """The rank-one updates allowed before the next fresh factorisation, from the
+    drift ``measured`` after ``n_updates`` of them: the drift grows at most about
+    linearly with the updates, so at the measured rate per update the next
+    interval would reach `DRIFT_MAX`/10 — never more than double the last one,
+    at least 1 and at most `REFRESH_INTERVAL_MAX`."""
+    rate = measured / n_updates
+    allowed = DRIFT_MAX / 10 / rate if rate > 0 else np.inf
+    return int(max(1, min(allowed, 2 * interval, REFRESH_INTERVAL_MAX)))
+
+
 def refresh(model, Phi, usable, t, PhiT_t, alignment_max, measure=False):
     """Every derived quantity of ``model`` from its coordinates afresh: τ, the
     residuals, S, Q and H⁻¹ (rvm-SQ-stable), the alignments and the log evidence
@@ -516,10 +563,7 @@ def refresh(model, Phi, usable, t, PhiT_t, alignment_max, measure=False):
         tCt = beta * (perp + tau_H_tau)  # tᵀC⁻¹t (rvm-SQ-stable)
         measured = measured_drift(model.S, model.Q, S, Q, tCt)
         drift = max(drift, measured)
-        if measured <= DRIFT_MAX / 1e4:
-            interval = min(2 * interval, REFRESH_INTERVAL_MAX)
-        elif measured > DRIFT_MAX / 100:
-            interval = max(interval // 4, 1)
+        interval = refresh_interval(measured, model.since_fresh, interval)
     return model._replace(
         U=U,
         Psi=Psi,
@@ -565,9 +609,14 @@ def choose_action(model, usable, tol, alignment_max):
     return j, new_alpha, gain, bool(settled or gain[j] <= 0)
 
 
-def _rank_one(model, j, v, kappa, G, **changes):
-    """Apply (rvm-SQ-rank-one) to S, Q, and ``changes``."""
+def _rank_one(model, j, v, kappa, G, own, **changes):
+    """Apply (rvm-SQ-rank-one) to S, Q, and ``changes``. Column j's own S_j, Q_j
+    are set to S_j·``own``, Q_j·``own`` with ``own`` = 1/(1 + δS_j), written
+    without cancellation: C'⁻¹φ_j = C⁻¹φ_j/(1 + δS_j), where S_j − κS_j² would
+    subtract nearly equal numbers whenever α_j ≪ S_j (the rounding of the
+    updates is then mostly in this one entry)."""
     S, Q = rank_one_SQ(model.S, model.Q, v, kappa, j)
+    S[j], Q[j] = model.S[j] * own, model.Q[j] * own
     return model._replace(S=S, Q=Q, G=G, since_fresh=model.since_fresh + 1, **changes)
 
 
@@ -582,7 +631,8 @@ def reestimate_basis_function(model, j, alpha_j):
     )
     alpha = model.alpha.copy()
     alpha[j] = alpha_j
-    return _rank_one(model, j, v, kappa, G, alpha=alpha)
+    own = alpha_j * (model.alpha[j] + s[0]) / (model.alpha[j] * (alpha_j + s[0]))
+    return _rank_one(model, j, v, kappa, G, own, alpha=alpha)
 
 
 def _aligned(align, Psi, j, alignment_max):
@@ -613,6 +663,7 @@ def add_basis_function(model, Phi, t, usable, j, alpha_j, alignment_max):
             v,
             kappa,
             G,
+            alpha_j / (alpha_j + model.S[j]),
             alpha=alpha,
             active=active,
             align=_aligned(model.align, model.Psi, j, alignment_max),
@@ -628,6 +679,7 @@ def add_basis_function(model, Phi, t, usable, j, alpha_j, alignment_max):
         v,
         kappa,
         G,
+        alpha_j / (alpha_j + model.S[j]),
         alpha=alpha,
         U=U,
         Psi=Psi,
@@ -662,8 +714,9 @@ def delete_basis_function(model, j, alignment_max):
         affected = np.flatnonzero(np.abs(Psi.T @ Psi[:, j]) >= align * (1 - 1e-9))
         align = align.copy()
         align[affected] = np.max(np.abs(Psi[:, affected].T @ Psi[:, active]), axis=1)
+    own = (model.alpha[j] + s[0]) / model.alpha[j]
     return _rank_one(
-        model, j, v, kappa, G, alpha=alpha, active=active, dead=dead, align=align
+        model, j, v, kappa, G, own, alpha=alpha, active=active, dead=dead, align=align
     )
 
 
@@ -678,6 +731,31 @@ def noise_update(model, N, beta_max):
     gamma = gamma_factors(model.alpha[active], np.diag(post.Sigma))
     misfit = model.tau - R @ post.mu
     return min((N - gamma.sum()) / (model.perp + misfit @ misfit), beta_max)
+
+
+def _pays(model, new_alpha, gain):
+    """Whether an addition or a deletion raises the evidence."""
+    moves = np.isfinite(new_alpha) != np.isfinite(model.alpha)
+    return bool(np.any(gain[moves] > 0))
+
+
+def polish_model(model, N, tol, update_beta, beta_max):
+    """`newton_polish` of the α in the model (and β with ``update_beta``) on the
+    model's coordinates: what remains once no addition or deletion pays."""
+    active = model.active
+    return newton_polish(
+        model.Psi[:, active],
+        model.tau,
+        model.perp,
+        model.alpha[active],
+        model.beta,
+        N,
+        learn_beta=update_beta,
+        beta_max=beta_max,
+        tol=tol,
+        beta_tol=MIN_DELTA_LOG_BETA,
+        zero_factor=ZERO_FACTOR,
+    )
 
 
 def check_beta_schedule(beta_schedule):

@@ -1,0 +1,174 @@
+"""Newton's method on the α of the basis functions in the model, and β, jointly.
+
+The sequential algorithm changes one α_i per iteration. Once no addition or
+deletion pays, what remains is to settle the α of the m basis functions in the
+model (and β): coordinate ascent does it in many iterations, each moving one α_i
+while the others wait, and β alternating with them. Here the evidence of the
+model's own m-dimensional problem (R, τ, ‖(I − UUᵀ)t‖², label
+``rvm-evidence-split``) is maximised over x = (log α_M, log β) by Newton's method
+with a backtracking line search, from its gradient and Hessian
+(label ``rvm-polish-hessian``). With Σ = (A + βRᵀR)⁻¹, μ = βΣRᵀτ and
+ν = ΣAμ:
+
+    ∂L/∂log α_i = ½(1 − α_i(μ_i² + Σ_ii)),
+    ∂L/∂log β   = ½(N − m + tr AΣ − β e),     e = perp + ‖τ − Rμ‖²,
+    ∂²L/∂log α_i∂log α_j = −½δ_ij α_i(μ_i² + Σ_ii) + α_iα_j(μ_iμ_jΣ_ij + ½Σ_ij²),
+    ∂²L/∂log α_i∂log β   = −α_iμ_iν_i + ½α_i(Σ − ΣAΣ)_ii,
+    ∂²L/∂log β²          = ½(−tr AΣ + tr (AΣ)² − βe) + (Aμ)ᵀν.
+
+The polish stops at its fixed point (every Newton step below the tolerances on
+log α and log β), when a basis function's own optimum moves to α_i = ∞ (a
+deletion, which the sequential algorithm then makes), or when the line search
+finds no ascent (the evidence no longer resolves the steps).
+"""
+
+from collections import namedtuple
+
+import numpy as np
+from scipy.linalg import LinAlgError, cho_factor, cho_solve, eigh, solve_triangular
+
+__all__ = ["MAX_LOG_STEP", "Polished", "evidence_derivatives", "newton_polish"]
+
+#: No Newton step moves any log α_i or log β by more than this (a factor e³).
+MAX_LOG_STEP = 3.0
+
+#: The result of `newton_polish`: α of the model's columns, β, the log evidence,
+#: the Newton steps taken, and why it stopped ("settled", "delete", "flat",
+#: "max_steps").
+Polished = namedtuple("Polished", "alpha beta log_evidence n_steps reason")
+
+
+def _posterior(K, Rt_tau, tau_tau, perp, alpha, beta, N):
+    """Σ, μ, e and L of the m-dimensional problem (K = RᵀR, Rᵀτ, τᵀτ)."""
+    P = beta * K
+    P.flat[:: len(alpha) + 1] += alpha
+    L, _ = cho_factor(P, lower=True, check_finite=False)
+    L = np.tril(L)
+    mu = cho_solve((L, True), beta * Rt_tau, check_finite=False)
+    L_inv = solve_triangular(L, np.eye(len(alpha)), lower=True, check_finite=False)
+    Sigma = L_inv.T @ L_inv
+    # ‖τ − Rμ‖² = τᵀτ − 2μᵀRᵀτ + μᵀKμ
+    e = perp + max(tau_tau - 2 * mu @ Rt_tau + mu @ (K @ mu), 0.0)
+    log_det = 2.0 * np.sum(np.log(np.diag(L)))
+    log_evidence = -0.5 * (
+        N * np.log(2 * np.pi)
+        - N * np.log(beta)
+        - np.sum(np.log(alpha))
+        + log_det
+        + beta * e
+        + mu @ (alpha * mu)
+    )
+    return Sigma, mu, e, log_evidence
+
+
+def evidence_derivatives(R, tau, perp, alpha, beta, N, learn_beta=True):
+    """The log evidence L, its gradient and Hessian with respect to
+    (log α, log β) — or log α alone without ``learn_beta`` — of the model with
+    coordinates R and τ (label ``rvm-polish-hessian``)."""
+    K, Rt_tau = R.T @ R, R.T @ tau
+    Sigma, mu, e, L = _posterior(K, Rt_tau, tau @ tau, perp, alpha, beta, N)
+    return (L,) + _derivatives(Sigma, mu, e, alpha, beta, N, learn_beta)
+
+
+def _derivatives(Sigma, mu, e, alpha, beta, N, learn_beta):
+    m = len(alpha)
+    d = np.diag(Sigma)
+    g = 0.5 * (1.0 - alpha * (mu**2 + d))
+    a_mu = alpha * mu
+    H = np.outer(a_mu, a_mu) * Sigma + 0.5 * np.outer(alpha, alpha) * Sigma**2
+    H.flat[:: m + 1] -= 0.5 * alpha * (mu**2 + d)
+    if not learn_beta:
+        return g, H
+    AS = alpha[:, None] * Sigma  # AΣ
+    nu = Sigma @ a_mu  # ΣAμ
+    SAS_diag = np.einsum("ij,ji->i", Sigma, AS)  # (ΣAΣ)_ii
+    tr_AS = np.trace(AS)
+    g_beta = 0.5 * (N - m + tr_AS - beta * e)
+    h_ab = -a_mu * nu + 0.5 * alpha * (d - SAS_diag)
+    h_bb = 0.5 * (-tr_AS + np.sum(AS * AS.T) - beta * e) + a_mu @ nu
+    H_full = np.empty((m + 1, m + 1))
+    H_full[:m, :m] = H
+    H_full[:m, m] = H_full[m, :m] = h_ab
+    H_full[m, m] = h_bb
+    return np.append(g, g_beta), H_full
+
+
+def _ascent_direction(g, H):
+    """The Newton step −H⁻¹g where H is negative definite; otherwise the step of
+    −|H|, H with its eigenvalues made negative (and bounded away from zero)."""
+    try:
+        c, _ = cho_factor(-H, lower=True, check_finite=False)
+        return cho_solve((c, True), g, check_finite=False)
+    except LinAlgError:
+        w, V = eigh(H, check_finite=False)
+        w = np.maximum(np.abs(w), 1e-8 * max(np.abs(w).max(), 1.0))
+        return V @ ((V.T @ g) / w)
+
+
+def newton_polish(
+    R,
+    tau,
+    perp,
+    alpha,
+    beta,
+    N,
+    *,
+    learn_beta,
+    beta_max=np.inf,
+    tol=1e-3,
+    beta_tol=1e-6,
+    zero_factor=1e-12,
+    max_steps=50,
+):
+    """Maximise the evidence of the model's coordinates (R, τ, perp) over its α
+    (and β with ``learn_beta``, at most ``beta_max``) by Newton's method with
+    backtracking (label ``rvm-polish-hessian``); a `Polished`.
+
+    Each step is accepted only if it raises L. It stops once a full step changes
+    every log α_i by less than ``tol`` and log β by less than ``beta_tol``; when a
+    basis function's own optimum is α_i = ∞ (q_i² − s_i ≤ ``zero_factor``, with
+    s_i = 1/Σ_ii − α_i and q_i = μ_i/Σ_ii) and the model has more than one; or
+    when no backtracked step raises L.
+    """
+    K, Rt_tau, tau_tau = R.T @ R, R.T @ tau, tau @ tau
+    alpha, beta = np.array(alpha, dtype=float), float(beta)
+    m = len(alpha)
+    Sigma, mu, e, L = _posterior(K, Rt_tau, tau_tau, perp, alpha, beta, N)
+    for n_steps in range(max_steps):
+        d = np.diag(Sigma)
+        s, q = 1.0 / d - alpha, mu / d
+        if m > 1 and np.any(q**2 - s <= zero_factor):
+            return Polished(alpha, beta, L, n_steps, "delete")
+        fit_beta = learn_beta
+        g, H = _derivatives(Sigma, mu, e, alpha, beta, N, fit_beta)
+        step = _ascent_direction(g, H)
+        if fit_beta and beta >= beta_max and step[m] > 0:  # β held at its cap
+            step = _ascent_direction(g[:m], H[:m, :m])
+            fit_beta = False
+        biggest = np.max(np.abs(step))
+        small = np.all(np.abs(step[:m]) < tol) and (
+            not fit_beta or abs(step[m]) < beta_tol
+        )
+        if biggest > MAX_LOG_STEP:
+            step *= MAX_LOG_STEP / biggest
+        scale, accepted = 1.0, False
+        while scale > 1e-4:
+            new_alpha = alpha * np.exp(scale * step[:m])
+            new_beta = (
+                min(beta * np.exp(scale * step[m]), beta_max) if fit_beta else beta
+            )
+            try:
+                trial = _posterior(K, Rt_tau, tau_tau, perp, new_alpha, new_beta, N)
+            except LinAlgError:
+                trial = None
+            if trial is not None and trial[3] >= L:
+                accepted = True
+                break
+            scale *= 0.5
+        if not accepted:
+            return Polished(alpha, beta, L, n_steps, "flat")
+        alpha, beta = new_alpha, new_beta
+        Sigma, mu, e, L = trial
+        if small:
+            return Polished(alpha, beta, L, n_steps + 1, "settled")
+    return Polished(alpha, beta, L, max_steps, "max_steps")
