@@ -24,11 +24,15 @@ import numpy as np
 from scipy.linalg import LinAlgError
 
 from backends.dask.cluster import get_client
-from backends.dask.gp.common import ExactFit, forward_norms_on
-from backends.dask.gp.regression import check_backend_args, kernel_identity
-from backends.dask.gp.tiles import ColumnRhs, CrossRhs, KernelTiles
-from backends.dask.linalg import tiled_cholesky
-from backends.dask.runtime import FitStore
+from backends.dask.gp.common import (
+    ClusterFitMixin,
+    check_backend_args,
+    cross_blocks,
+    ensure_factor,
+    forward_norms_on,
+    kernel_identity,
+)
+from backends.dask.gp.tiles import ColumnRhs, KernelTiles
 from kernelref._validation import (
     check_classification_targets,
     check_samples,
@@ -54,7 +58,7 @@ def _factor_key(kernel, jitter, W_sr):
     return {"theta": kernel.theta.tolist(), "jitter": jitter, "W_sr": digest}
 
 
-class GaussianProcessClassifier(ReferenceClassifier):
+class GaussianProcessClassifier(ClusterFitMixin, ReferenceClassifier):
     """Laplace GP classification with ML-II, the N × N algebra tiled on a Dask cluster.
 
     Parameters
@@ -95,11 +99,9 @@ class GaussianProcessClassifier(ReferenceClassifier):
             random_state=random_state,
             multi_class=multi_class,
         )
-        self.store = store
-        self.chunk_size = chunk_size
-        self.address = address
-        self.progress = progress
-        self.resume = resume
+        self._set_backend_params(store, chunk_size, address, progress, resume)
+
+    _transient = ("_fit", "_products")
 
     # -- the cluster's pieces of Algorithm 3.1 ---------------------------------------------
     def _tiles(self, kernel, W_sr=None):
@@ -115,13 +117,18 @@ class GaussianProcessClassifier(ReferenceClassifier):
             cache[key] = self._fit.kernel_times(self._tiles(kernel), v)
         return cache[key]
 
-    def _factorise_B(self, kernel, W_sr):
+    def _factorise_B(self, kernel, W_sr, factor=None, client=None):
+        """chol(B) at ``kernel`` and W^½ into the fit's factor (or ``factor``)."""
+        if factor is None:
+            tiles = self._tiles(kernel, W_sr)
+        else:  # after the fit: its data and jitter
+            tiles = KernelTiles(kernel, self._x_ref, self.jitter_, W_sr)
+        key = _factor_key(kernel, tiles.jitter, W_sr)
         try:
-            self._fit.factorise(
-                self._tiles(kernel, W_sr),
-                1.0,
-                _factor_key(kernel, float(self.jitter), W_sr),
-            )
+            if factor is None:
+                self._fit.factorise(tiles, 1.0, key)
+            else:
+                ensure_factor(factor, tiles, 1.0, key, client)
         except LinAlgError:
             raise ValueError(
                 "I + W^½KW^½ is not positive definite, so the kernel matrix K is not "
@@ -197,7 +204,6 @@ class GaussianProcessClassifier(ReferenceClassifier):
     # -- fitting ---------------------------------------------------------------------------
     def _fit_binary(self, kernel, X, t):
         self.__dict__.pop("_products", None)  # K v of earlier data must not be reused
-        client = get_client(self.address)
         identity = {
             "estimator": "backends.dask.GaussianProcessClassifier",
             "kernel": kernel_identity(kernel),
@@ -207,21 +213,10 @@ class GaussianProcessClassifier(ReferenceClassifier):
             "jitter": float(self.jitter),
             "random_state": repr(self.random_state),
         }
-        store = FitStore.prepare(
-            self.store,
-            X,
-            arrays={"t": t},
-            identity=identity,
-            chunk_size=self.chunk_size,
-            client=client,
-        )
-        self._fit = ExactFit(store, client, self.progress, self.resume, "GPC ML-II")
-        try:
+        self._fit = fit = self._open_fit(X, t, identity, "GPC ML-II")
+        with fit:
             super()._fit_binary(kernel, X, t)
-        finally:
-            self._fit.close()
-        self._x_ref, self.store_ = store.x_ref, str(store.path)
-        self._factor_key = _factor_key(self.kernel_, float(self.jitter), self.W_sr_)
+        self._x_ref, self.store_ = fit.store.x_ref, str(fit.store.path)
         self.n_evaluations_ = self._fit.n_computed
         self.n_resumed_ = self._fit.n_resumed
 
@@ -260,26 +255,12 @@ class GaussianProcessClassifier(ReferenceClassifier):
     def _binary_latent(self, X):
         client = get_client(self.address)
         factor = self._mode.L
-        attrs = factor.attrs
-        if not (attrs.get("complete") is True and attrs.get("key") == self._factor_key):
-            attrs.update({"complete": False, "key": None})
-            tiles = KernelTiles(self.kernel_, self._x_ref, self.jitter_, self.W_sr_)
-            tiled_cholesky(tiles, 1.0, factor, client)
-            attrs.update({"complete": True, "key": self._factor_key})
-        b = self._x_ref.chunk_size
-        blocks = [
-            CrossRhs(self.kernel_, self._x_ref, X[s : s + b], self.W_sr_)
-            for s in range(0, len(X), b)
-        ]
+        # the store's factor may hold another θ (log_marginal_likelihood since the fit)
+        self._factorise_B(self.kernel_, self.W_sr_, factor, client)
+        blocks = cross_blocks(self.kernel_, self._x_ref, X, self.W_sr_)
         v = (self._t - self._mode.pi)[:, None]
         parts = forward_norms_on(client, factor, blocks, v, False)
         mean = np.concatenate([m[:, 0] for m, _ in parts])
         k_star_star = self.kernel_.diag(X) + self.jitter_
         variance = k_star_star - np.concatenate([s for _, s in parts])
         return mean, np.maximum(variance, 0.0)
-
-    def __getstate__(self):
-        state = dict(self.__dict__)
-        state.pop("_fit", None)
-        state.pop("_products", None)
-        return state

@@ -1,4 +1,4 @@
-"""The client side of one exact GP fit on the cluster: store, factor, evaluations.
+"""What the exact GP estimators share: arguments, the fit store, the factor.
 
 ``ExactFit`` holds the fit store (training data in row chunks, see
 ``backends.dask.runtime``), the Zarr array of the one Cholesky factor the fit
@@ -7,21 +7,127 @@ while θ stays the same), and the record of every evidence evaluation made by
 ML-II. That record is the fit's checkpoint: L-BFGS-B is deterministic, so a
 resumed fit replays the optimiser, answering each evaluation already made from
 the record, and reaches the same hyperparameters as an uninterrupted one.
+
+``ClusterFitMixin`` gives both estimators their backend arguments
+(``store, chunk_size, address, progress, resume``), their check, and the rule
+that a pickled model carries no handle on a running fit.
 """
+
+import json
+import os
 
 import numpy as np
 import zarr
 
-from backends.dask.gp.tiles import forward_norms, gradient_column, kernel_times
+from backends.dask.cluster import get_client
+from backends.dask.gp.tiles import (
+    CrossRhs,
+    forward_norms,
+    gradient_column,
+    kernel_times,
+)
 from backends.dask.linalg import (
     _wait_all,
     create_factor,
     tiled_cho_solve,
     tiled_cholesky,
 )
-from backends.dask.runtime import Progress, map_chunks
+from backends.dask.runtime import FitStore, Progress, map_chunks
+from kernelref._validation import check_integer
 
-__all__ = ["ExactFit", "forward_norms_on"]
+__all__ = [
+    "ClusterFitMixin",
+    "ExactFit",
+    "check_backend_args",
+    "cross_blocks",
+    "ensure_factor",
+    "forward_norms_on",
+    "kernel_identity",
+]
+
+
+def check_backend_args(estimator):
+    """Check ``store, chunk_size, address, resume`` before any work."""
+    check_integer(estimator.chunk_size, "chunk_size", meaning="It is the tile edge.")
+    if estimator.store is not None and not isinstance(
+        estimator.store, (str, os.PathLike)
+    ):
+        raise TypeError(
+            f"store must be a directory path or None; got {estimator.store!r}."
+        )
+    if estimator.address is not None and not isinstance(estimator.address, str):
+        raise TypeError(
+            "address must be a scheduler address string or None; "
+            f"got {estimator.address!r}."
+        )
+    if not isinstance(estimator.resume, bool):
+        raise TypeError(f"resume must be True or False; got {estimator.resume!r}.")
+
+
+def kernel_identity(kernel):
+    """The kernel's spec as JSON reads it back."""
+    return json.loads(
+        json.dumps(kernel.spec(), default=lambda v: np.asarray(v).tolist())
+    )
+
+
+class ClusterFitMixin:
+    """The backend arguments of an exact GP estimator, and its pickled state.
+
+    ``_transient`` names the attributes that live only while a fit runs (the
+    ``ExactFit`` and caches); they are left out of the pickled state.
+    """
+
+    _transient = ("_fit",)
+
+    def _set_backend_params(self, store, chunk_size, address, progress, resume):
+        self.store = store
+        self.chunk_size = chunk_size
+        self.address = address
+        self.progress = progress
+        self.resume = resume
+
+    def _open_fit(self, X, t, identity, description):
+        """The fit store of (X, t) under ``identity`` and its ``ExactFit``."""
+        client = get_client(self.address)
+        store = FitStore.prepare(
+            self.store,
+            X,
+            arrays={"t": t},
+            identity=identity,
+            chunk_size=self.chunk_size,
+            client=client,
+        )
+        return ExactFit(store, client, self.progress, self.resume, description)
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        for name in self._transient:
+            state.pop(name, None)
+        return state
+
+
+def ensure_factor(factor, tiles, lam, key, client):
+    """Write chol(tiles + λI) into ``factor`` unless it already holds it.
+
+    ``key`` (JSON-able) names the matrix; it is set in the array's attributes
+    only after the last tile is written, so a cut-short factorisation is never
+    reused. Returns True if the factor was computed.
+    """
+    attrs = factor.attrs
+    if attrs.get("complete") is True and attrs.get("key") == key:
+        return False
+    attrs.update({"complete": False, "key": None})
+    tiled_cholesky(tiles, lam, factor, client)
+    attrs.update({"complete": True, "key": key})
+    return True
+
+
+def cross_blocks(kernel, x_ref, X, scale=None, block_size=None):
+    """Right-hand sides D k(X_train, X_s) for blocks X_s of ``block_size`` test
+    points (default: the chunk size), one forward substitution each."""
+    b = x_ref.chunk_size if block_size is None else block_size
+    return [CrossRhs(kernel, x_ref, X[s : s + b], scale) for s in range(0, len(X), b)]
 
 
 class ExactFit:
@@ -45,20 +151,16 @@ class ExactFit:
     def close(self):
         self.bar.close()
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
     # -- the factor -----------------------------------------------------------------
     def factorise(self, tiles, lam, key):
-        """Write chol(tiles + λI) into the factor array unless it already holds it.
-
-        ``key`` (JSON-able) names the matrix; it is set in the array's attributes
-        only after the last tile is written, so a cut-short factorisation is
-        never reused.
-        """
-        attrs = self.factor.attrs
-        if attrs.get("complete") is True and attrs.get("key") == key:
-            return
-        attrs.update({"complete": False, "key": None})
-        tiled_cholesky(tiles, lam, self.factor, self.client)
-        attrs.update({"complete": True, "key": key})
+        """chol(tiles + λI) into the fit's factor unless it holds it already."""
+        ensure_factor(self.factor, tiles, lam, key, self.client)
 
     def log_diagonal_sum(self):
         """Σ_i log L_ii, from the factor's diagonal tiles."""
