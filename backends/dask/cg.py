@@ -50,7 +50,10 @@ __all__ = [
     "WoodburyPreconditioner",
     "conjugate_gradients",
     "nystrom_factor",
+    "auto_pivoted_cholesky",
+    "check_rank",
     "pivoted_cholesky",
+    "preconditioner_factor",
 ]
 
 #: Relative residual ‖t − (K + λI)a‖/‖t‖ at which the iteration stops. The error
@@ -184,27 +187,84 @@ class StreamedGram:
         self.close()
 
 
-def pivoted_cholesky(kernel, X, rank):
+def pivoted_cholesky(kernel, X, rank, trace_tol=0.0, diagonal_tol=0.0):
     """L (N × r′, r′ ≤ rank) with K ≈ LLᵀ, by greedy diagonal pivoting.
 
     Step k takes the pivot p with the largest diagonal of K − LLᵀ and appends the
     column (k(X, x_p) − L L_pᵀ)/√d_p; the trace of the residual K − LLᵀ is the sum
-    of the remaining diagonal, which never increases.
+    of the remaining diagonal, which never increases. The growth stops early
+    once that trace is at most `trace_tol`, or the largest remaining diagonal at
+    most `diagonal_tol` (``rank="auto"``: ``auto_pivoted_cholesky``).
     """
     d = np.array(kernel.diag(X), dtype=np.float64)
     n = len(d)
     rank = min(rank, n)
-    L = np.zeros((n, rank))
+    L = np.zeros((n, rank), order="F")  # columns contiguous: L[:, :k] is read often
     stop = PIVOT_RTOL * d.max() if n else 0.0
     for k in range(rank):
         p = int(np.argmax(d))
-        if d[p] <= stop:
-            return L[:, :k]
+        if d[p] <= max(stop, diagonal_tol) or d.sum() <= trace_tol:
+            return np.ascontiguousarray(L[:, :k])
         column = kernel(X, X[p : p + 1])[:, 0] - L[:, :k] @ L[p, :k]
         L[:, k] = column / np.sqrt(d[p])
         d -= L[:, k] ** 2
         d[p] = 0.0
-    return L
+    return np.ascontiguousarray(L)
+
+
+#: ``rank="auto"``: the pivoted Cholesky grows until the trace of the remainder
+#: K − LLᵀ is below ``AUTO_TRACE_FRACTION``·λN (then M⁻¹A − I has trace below
+#: that fraction of N: most of the spectrum sits at 1), or every remaining
+#: diagonal is below λ (no single direction is left that the noise does not
+#: already damp), or the rank reaches ``auto_rank_cap(N)``.
+AUTO_TRACE_FRACTION = 0.1
+
+#: The cap of ``rank="auto"``: ``AUTO_RANK_PER_ROOT_N``·√N, at most
+#: ``AUTO_RANK_MAX``. Building a rank-r factor reads N r²/2 numbers on the client
+#: and applying it costs 4Nr per column and iteration, so r ~ √N keeps the
+#: preconditioner at a few streamed products (N² kernel entries) in all.
+AUTO_RANK_PER_ROOT_N = 3
+AUTO_RANK_MAX = 1000
+
+
+def auto_rank_cap(n):
+    """The largest rank ``rank="auto"`` takes for N = n rows."""
+    return int(min(AUTO_RANK_MAX, max(1, AUTO_RANK_PER_ROOT_N * np.sqrt(n))))
+
+
+def auto_pivoted_cholesky(kernel, X, lam):
+    """``pivoted_cholesky`` with its rank chosen from the spectrum it measures."""
+    n = len(X)
+    return pivoted_cholesky(
+        kernel,
+        X,
+        auto_rank_cap(n),
+        trace_tol=AUTO_TRACE_FRACTION * lam * n,
+        diagonal_tol=lam,
+    )
+
+
+def preconditioner_factor(kernel, X, rank, lam):
+    """The pivoted-Cholesky factor L of rank `rank` (an int, or "auto")."""
+    if isinstance(rank, str) and rank == "auto":
+        return auto_pivoted_cholesky(kernel, X, lam)
+    return pivoted_cholesky(kernel, X, rank)
+
+
+def check_rank(rank, name="rank"):
+    """`rank` is a positive integer or "auto"; otherwise a ValueError naming it."""
+    if isinstance(rank, str):
+        if rank != "auto":
+            raise ValueError(
+                f"{name} must be a positive integer or 'auto' (chosen from the kernel's "
+                f"spectrum); got {rank!r}."
+            )
+        return rank
+    from kernelref._validation import check_integer
+
+    return check_integer(
+        rank, name, meaning="It is the preconditioner's rank; or give 'auto'."
+    )
 
 
 def nystrom_factor(kernel, X, m, random_state=0):

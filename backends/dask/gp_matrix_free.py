@@ -43,29 +43,38 @@ import tempfile
 import weakref
 
 import numpy as np
-from scipy.linalg import cho_factor, eigh_tridiagonal
+from scipy.linalg import cho_factor, eigh_tridiagonal, qr
 
 from backends.dask import cg as _cg
 from backends.dask.blocks import kernel_block, reusable_buffer
-from backends.dask.runtime import FitStore, map_chunks
+from backends.dask.runtime import FitStore, map_chunks, run_loop
 from kernelref._validation import (
     check_integer,
+    check_n_features,
     check_positive,
     check_samples,
     check_targets,
+    evaluate_kernel,
     record_n_features,
 )
-from kernelref.gp import GaussianProcessRegressor as ReferenceGaussianProcessRegressor
 
 __all__ = [
     "MatrixFreeEvidence",
-    "MatrixFreeGaussianProcessRegressor",
+    "TRACE_ESTIMATORS",
+    "check_matrix_free_args",
+    "fit_matrix_free",
     "lanczos_tridiagonal",
-    "slq_log_quadrature",
     "nystrom_gp_mean",
+    "predict_mean",
+    "slq_log_quadrature",
 ]
 
 LOG_2PI = np.log(2.0 * np.pi)
+TRACE_ESTIMATORS = ("hutchinson", "hutch++")
+
+#: Test rows per block in ``predict_mean``: k(X*, X) is formed this many rows at
+#: a time, so prediction needs O(N) memory per block, not O(N·N*).
+PREDICT_ROWS = 256
 
 
 def rbf_parts(kernel):
@@ -133,18 +142,36 @@ def derivative_rows(ref, i, W, rbf, scale, shift, names):
     return np.stack(outs)
 
 
+def hutchpp_traces(dK_Q, AQ, dK_W, U):
+    """Hutch++ (``hutchpp-trace``): tr(A⁻¹∂K_p) = Σ_k (A⁻¹q_k)ᵀ∂K_p q_k plus the
+    probe average of (A⁻¹(I−QQᵀ)z)ᵀ ∂K_p (I−QQᵀ)M⁻¹z; returns (exact part,
+    samples of the remainder) with the samples (p, m)."""
+    exact = np.einsum("pnk,nk->p", dK_Q, AQ)
+    return exact, np.einsum("pnj,nj->pj", dK_W, U)
+
+
 class MatrixFreeEvidence:
     """log p(t | X, θ) and its gradient for a GP on a fit store, matrix-free.
 
     ``n_probes`` probes, ``lanczos_steps`` (None: every CG step of the probe's
     run) for the quadrature, CG to relative residual ``tol``; the preconditioner
-    has rank ``rank``. The probes' random numbers are fixed by ``random_state``
-    and reused at every θ (a smooth estimate along an optimisation), and α is
-    warm started from the previous evaluation. After ``evaluate``, ``alpha``,
-    ``n_iter`` (CG iterations), ``logdet`` and the standard errors of the probe
-    averages (``logdet_std_error``; ``gradient_std_error`` per component, of
-    the gradient) hold the last results: log p's error bar is half the
-    log-determinant's.
+    has rank ``rank`` (an int, or "auto": ``cg.auto_pivoted_cholesky``). The
+    probes' random numbers are fixed by ``random_state`` and reused at every θ
+    (a smooth estimate along an optimisation), and α is warm started from the
+    previous evaluation. ``trace_estimator`` is "hutchinson" (the probes of the
+    log-determinant, ``hutchinson-trace``) or "hutch++" (those probes deflated
+    by an orthonormal basis Q of [∂K_p S], S with n_probes // 3 columns, whose
+    part of the trace is exact, ``hutchpp-trace``).
+
+    The CG solve of each evaluation runs under ``runtime.run_loop`` in the
+    store (checkpoint ``"cg"``, keyed by θ): ``progress`` gets a Record per CG
+    iteration (measure: the largest relative residual), and an interrupted
+    solve resumes from its checkpoint if ``resume``. After ``evaluate``,
+    ``alpha``, ``n_iter`` (CG iterations), ``rank_`` (the preconditioner's),
+    ``n_columns`` (right-hand sides of the solve), ``logdet`` and the
+    standard errors of the probe averages (``logdet_std_error``;
+    ``gradient_std_error`` per component, of the gradient) hold the last
+    results: log p's error bar is half the log-determinant's.
     """
 
     def __init__(
@@ -160,51 +187,111 @@ class MatrixFreeEvidence:
         rank=100,
         max_iter=_cg.DEFAULT_MAX_ITER,
         random_state=0,
+        trace_estimator="hutchinson",
+        progress=False,
+        resume=True,
+        checkpoint_seconds=5.0,
     ):
         if np.ndim(t) != 1:
             raise ValueError(
                 "the matrix-free GP takes one target column; got t of "
                 f"shape {np.shape(t)}. Fit one model per column."
             )
+        if trace_estimator not in TRACE_ESTIMATORS:
+            raise ValueError(
+                f"trace_estimator must be one of {TRACE_ESTIMATORS}; "
+                f"got {trace_estimator!r}."
+            )
         self.client, self.store, self.X, self.t = client, store, X, np.asarray(t, float)
         self.noise, self.n_probes, self.lanczos_steps = noise, n_probes, lanczos_steps
-        self.tol, self.rank, self.max_iter = tol, rank, max_iter
+        self.tol, self.rank, self.max_iter = tol, _cg.check_rank(rank), max_iter
+        self.trace_estimator, self.progress, self.resume = (
+            trace_estimator,
+            progress,
+            resume,
+        )
+        self.checkpoint_seconds = checkpoint_seconds
         rng = np.random.default_rng(random_state)
-        self.G1 = rng.standard_normal((rank, n_probes))
+        most = _cg.auto_rank_cap(len(X)) if rank == "auto" else rank
+        self.G1 = rng.standard_normal((most, n_probes))
         self.G2 = rng.standard_normal((len(X), n_probes))
+        # the sketch of Hutch++ from its own stream: the probes are the same
+        # for both estimators
+        sketch = np.random.default_rng([int(random_state), 1])
+        self.S = sketch.standard_normal((len(X), max(1, n_probes // 3)))
         self.alpha = None
         self.shift = X.mean(axis=0)
+
+    def _derivative_times(self, W, rbf, scale, names):
+        """(∂K/∂log θ_p) W for every p, streamed: an array (p, n, k)."""
+        parts = map_chunks(
+            self.client,
+            derivative_rows,
+            self.store.x_ref,
+            np.ascontiguousarray(W),
+            rbf,
+            scale,
+            self.shift,
+            names,
+        )
+        return np.concatenate(parts, axis=1)
+
+    def _solve(self, kernel, T, M_inv, X0):
+        """A⁻¹T by preconditioned CG on the runtime; returns (solver, state)."""
+        noise = self.noise
+        K_times = _cg.StreamedGram(self.store, kernel, self.client, shift=self.shift)
+        solver = _cg.ConjugateGradients(
+            lambda V: K_times(V) + noise * V, T, M_inv, self.tol, self.max_iter, X0=X0
+        )
+        # the checkpoint belongs to one θ and one set of right-hand sides
+        key = np.concatenate([kernel.theta, [noise, T.shape[1]]])
+        loaded = self.store.load_state("cg") if self.resume else None
+        if loaded is not None and not np.array_equal(loaded[0].get("key"), key):
+            self.store.discard_state("cg")
+        start = solver.start
+        solver.start = lambda: dict(start(), key=key)
+        state, _ = run_loop(
+            solver,
+            self.store,
+            progress=self.progress,
+            resume=self.resume,
+            checkpoint_seconds=self.checkpoint_seconds,
+            max_iter=None,
+            description="GP cg",
+            name="cg",
+        )
+        return solver, state
 
     def evaluate(self, kernel, eval_gradient=True):
         """(log p, ∂ log p/∂θ) at `kernel`'s θ (the gradient only if asked)."""
         scale, rbf, names = rbf_parts(kernel)
         noise, t, n = self.noise, self.t, len(self.t)
-        L = _cg.pivoted_cholesky(kernel, self.X, self.rank)
+        L = _cg.preconditioner_factor(kernel, self.X, self.rank, noise)
         M_inv = _cg.WoodburyPreconditioner(L, noise)
-        r = L.shape[1]
+        r = self.rank_ = L.shape[1]
         Z = L @ self.G1[:r] + np.sqrt(noise) * self.G2  # z ~ N(0, M)
         C = L.T @ L / noise
         C.flat[:: r + 1] += 1.0
         logdet_M = (
             n * np.log(noise) + 2 * np.log(np.diag(cho_factor(C, lower=True)[0])).sum()
         )
-        K_times = _cg.StreamedGram(self.store, kernel, self.client, shift=self.shift)
-        T = np.column_stack([t, Z])
+        plus = eval_gradient and self.trace_estimator == "hutch++"
+        if plus:  # Q: an orthonormal basis of the ranges of ∂K_p S
+            sketch = self._derivative_times(self.S, rbf, scale, names)
+            Q = qr(np.concatenate(list(sketch), axis=1), mode="economic")[0]
+        else:
+            Q = np.zeros((n, 0))
+        T = np.column_stack([t, Z, Q])
         X0 = np.zeros_like(T)
         if self.alpha is not None:
             X0[:, 0] = self.alpha
-        solver = _cg.ConjugateGradients(
-            lambda V: K_times(V) + noise * V, T, M_inv, self.tol, self.max_iter, X0=X0
-        )
-        state = solver.start()
-        while not solver.done(state):
-            state = solver.step(state)
+        solver, state = self._solve(kernel, T, M_inv, X0)
         result = solver.result(state, T.shape, stacklevel=3)
-        self.n_iter = result.n_iter
+        self.n_iter, self.n_columns = result.n_iter, T.shape[1]
         # iterations of the mean's column alone (its first run): what warm starts cut
         self.alpha_iterations = int(np.isfinite(state["alphas"][:, 0]).sum())
-        A_inv = result.a
-        alpha, U = A_inv[:, 0], A_inv[:, 1:]
+        m = self.n_probes
+        alpha, U, AQ = result.a[:, 0], result.a[:, 1 : 1 + m], result.a[:, 1 + m :]
         quadratures = [
             slq_log_quadrature(
                 state["alphas"][:, 1 + j],
@@ -212,173 +299,236 @@ class MatrixFreeEvidence:
                 state["rz0"][1 + j],
                 self.lanczos_steps,
             )
-            for j in range(self.n_probes)
+            for j in range(m)
         ]
         self.logdet = logdet_M + float(np.mean(quadratures))
         # standard errors of the probe averages: the estimates' own error bars
-        m = self.n_probes
         self.logdet_std_error = float(np.std(quadratures, ddof=1) / np.sqrt(m))
         self.alpha = alpha
         lml = -0.5 * t @ alpha - 0.5 * self.logdet - 0.5 * n * LOG_2PI
         if not eval_gradient:
             return lml
-        W = np.column_stack([alpha, M_inv(Z)])
-        parts = map_chunks(
-            self.client,
-            derivative_rows,
-            self.store.x_ref,
-            W,
-            rbf,
-            scale,
-            self.shift,
-            names,
-        )
-        dK_W = np.concatenate(parts, axis=1)  # (p, n, 1 + m)
+        W = M_inv(Z)
+        if plus:  # deflate: (I − QQᵀ)M⁻¹z, and A⁻¹(I − QQᵀ)z from A⁻¹z and A⁻¹Q
+            W = W - Q @ (Q.T @ W)
+            U = U - AQ @ (Q.T @ Z)
+        dK_W = self._derivative_times(np.column_stack([alpha, W, Q]), rbf, scale, names)
         data_fit = dK_W[:, :, 0] @ alpha
-        samples = np.einsum("pnj,nj->pj", dK_W[:, :, 1:], U)
+        exact, samples = hutchpp_traces(
+            dK_W[:, :, 1 + m :], AQ, dK_W[:, :, 1 : 1 + m], U
+        )
         self.gradient_std_error = 0.5 * np.std(samples, axis=1, ddof=1) / np.sqrt(m)
-        return lml, 0.5 * data_fit - 0.5 * samples.mean(axis=1)
+        return lml, 0.5 * data_fit - 0.5 * (exact + samples.mean(axis=1))
 
 
-class MatrixFreeGaussianProcessRegressor(ReferenceGaussianProcessRegressor):
-    """GP regression with ML-II, matrix-free (the ``solver="cg"`` path).
+# -- the public estimator's solver="cg" ----------------------------------------------
+def check_matrix_free_args(est):
+    """The matrix-free arguments of ``GaussianProcessRegressor``, before any work."""
+    if est.solver not in ("cholesky", "cg"):
+        raise ValueError(
+            f"solver must be 'cholesky' (exact, tiled Cholesky) or 'cg' (matrix-free: "
+            f"CG, stochastic Lanczos, probes); got {est.solver!r}."
+        )
+    check_integer(
+        est.n_probes,
+        "n_probes",
+        low=2,
+        meaning="It is the number of random probes (at least 2, for an error bar).",
+    )
+    check_integer(est.max_iter, "max_iter", meaning="It caps the CG iterations.")
+    check_integer(
+        est.probe_seed, "probe_seed", low=0, meaning="It seeds the probes' generator."
+    )
+    _cg.check_rank(est.rank)
+    if est.lanczos_steps is not None:
+        check_integer(
+            est.lanczos_steps,
+            "lanczos_steps",
+            meaning="It truncates the Lanczos quadrature (None: all steps).",
+        )
+    tol = check_positive(est.tol, "tol", meaning="It is the CG relative residual.")
+    if tol >= 1:
+        raise ValueError(f"tol must be < 1 (a relative residual); got {tol!r}.")
+    if est.trace_estimator not in TRACE_ESTIMATORS:
+        raise ValueError(
+            f"trace_estimator must be 'hutchinson' or 'hutch++'; "
+            f"got {est.trace_estimator!r}."
+        )
 
-    The reference estimator (``kernelref.gp``) with ``_evidence`` replaced by
-    ``MatrixFreeEvidence``: the inputs go into a fit store once, every
-    evaluation streams kernel tiles, α is warm started from the previous θ and
-    the probes are the same at every θ. ``predict`` returns the mean k*ᵀα
-    (``gp-predictive-mean``); variances need the exact path.
 
-    Parameters beyond the reference's: ``n_probes``, ``lanczos_steps``, ``tol``
-    (CG), ``rank`` (pivoted-Cholesky preconditioner), ``max_iter``, ``store``,
-    ``chunk_size``, ``address``.
+class EvaluationRecord:
+    """Every evidence evaluation of one ML-II fit, checkpointed as it is made.
 
-    Attributes beyond the reference's: ``n_evaluations_``, ``n_iter_`` (CG
-    iterations of the last evaluation), ``log_det_`` (its estimate of
-    log|K + σ²I|).
+    L-BFGS-B is deterministic, so a resumed fit replays the optimiser and
+    answers the evaluations already made from the record; α of the last one
+    computed is kept for the warm start.
     """
 
-    def __init__(
-        self,
-        kernel=None,
-        noise=1e-10,
-        optimizer="L-BFGS-B",
-        n_restarts=0,
-        normalize_y=False,
-        random_state=None,
-        store=None,
-        chunk_size=4096,
-        address=None,
-        n_probes=10,
-        lanczos_steps=None,
-        tol=1e-6,
-        rank=100,
-        max_iter=_cg.DEFAULT_MAX_ITER,
-    ):
-        super().__init__(
-            kernel=kernel,
-            noise=noise,
-            optimizer=optimizer,
-            n_restarts=n_restarts,
-            normalize_y=normalize_y,
-            random_state=random_state,
-        )
+    def __init__(self, store, resume):
         self.store = store
-        self.chunk_size = chunk_size
-        self.address = address
-        self.n_probes = n_probes
-        self.lanczos_steps = lanczos_steps
-        self.tol = tol
-        self.rank = rank
-        self.max_iter = max_iter
+        loaded = store.load_state() if resume else None
+        if not resume:
+            store.discard_state()
+            store.discard_state("cg")
+        self.r = loaded[0] if loaded is not None else None
+        self.n_resumed = 0 if self.r is None else len(self.r["value"])
 
-    def _check_matrix_free_args(self):
-        for name in ("n_probes", "rank", "max_iter", "chunk_size"):
-            check_integer(
-                getattr(self, name), name, meaning="It must be a positive count."
-            )
-        if self.lanczos_steps is not None:
-            check_integer(
-                self.lanczos_steps,
-                "lanczos_steps",
-                meaning="It truncates the Lanczos quadrature (None: all steps).",
-            )
-        tol = check_positive(self.tol, "tol", meaning="It is the CG relative residual.")
-        if tol >= 1:
-            raise ValueError(f"tol must be < 1 (a relative residual); got {tol!r}.")
+    def recorded(self, theta, gradient):
+        if self.r is None:
+            return None
+        for k in range(len(self.r["value"])):
+            if np.array_equal(self.r["theta"][k], theta):
+                g = self.r["gradient"][k]
+                if not (gradient and np.isnan(g).any()):
+                    return k
+        return None
 
-    def _evidence(self, kernel, X, t, noise, eval_gradient):
-        self.n_evaluations_ += 1
-        return self._matrix_free.evaluate(kernel, eval_gradient)
+    def add(self, theta, value, gradient, evidence):
+        p = len(theta)
+        g = np.full(p, np.nan) if gradient is None else np.asarray(gradient, float)
+        row = {
+            "theta": theta,
+            "value": value,
+            "gradient": g,
+            "logdet": evidence.logdet,
+            "n_iter": evidence.n_iter,
+        }
+        if self.r is None:
+            self.r = {k: np.zeros((0,) + np.shape(v)) for k, v in row.items()}
+        for k, v in row.items():
+            self.r[k] = np.concatenate([self.r[k], np.asarray(v, float)[None]])
+        self.r["alpha"], self.r["alpha_theta"] = evidence.alpha, np.asarray(theta)
+        self.store.save_state(self.r, len(self.r["value"]))
 
-    def fit(self, X, y):
-        """ML-II on the matrix-free evidence, then α at the chosen θ."""
-        from backends.dask.cluster import get_client
 
-        self._check_matrix_free_args()
-        kernel, noise = self._validate_params()
-        rbf_parts(kernel)
-        X = check_samples(X, kernel, "X")
-        t = check_targets(y, X.shape[0], "y")
-        if t.ndim != 1:
-            raise ValueError(
-                f"y must be 1-D for the matrix-free GP; got shape {t.shape}."
-            )
-        y_mean, y_std = (t.mean(), t.std() or 1.0) if self.normalize_y else (0.0, 1.0)
-        t = (t - y_mean) / y_std
-        client = get_client(self.address)
-        path = None if self.store is None else pathlib.Path(self.store)
-        if path is None:
-            directory = tempfile.mkdtemp(prefix="kernelref-gp-cg-")
-            weakref.finalize(self, shutil.rmtree, directory, True)
-            path = pathlib.Path(directory) / "fit.zarr"
-        store = FitStore.prepare(
-            path,
-            X,
-            identity={"estimator": "gp_matrix_free"},
-            chunk_size=self.chunk_size,
-            client=client,
+def _evidence(est, kernel, eval_gradient):
+    """One evaluation, answered from the record when it was made before."""
+    record, evidence = est._record, est._matrix_free
+    theta = kernel.theta
+    k = record.recorded(theta, eval_gradient)
+    if k is not None:
+        value, gradient = record.r["value"][k], record.r["gradient"][k].copy()
+        return (value, gradient) if eval_gradient else value
+    if evidence.alpha is None and record.r is not None:
+        evidence.alpha = record.r["alpha"]  # warm start as the interrupted fit did
+    out = evidence.evaluate(kernel, eval_gradient)
+    value, gradient = out if eval_gradient else (out, None)
+    est.n_evaluations_ += 1
+    record.add(theta, float(value), gradient, evidence)
+    return out
+
+
+def _store_path(est):
+    if est.store is not None:
+        return pathlib.Path(est.store)
+    directory = tempfile.mkdtemp(prefix="kernelref-gp-cg-")
+    weakref.finalize(est, shutil.rmtree, directory, True)
+    return pathlib.Path(directory) / "fit.zarr"
+
+
+def fit_matrix_free(est, X, y):
+    """``GaussianProcessRegressor.fit`` with ``solver="cg"``: ML-II on the
+    matrix-free evidence, then α at the chosen θ by CG."""
+    from backends.dask.cluster import get_client
+    from backends.dask.gp.regression import check_backend_args, kernel_identity
+
+    check_matrix_free_args(est)
+    kernel, noise = est._validate_params()
+    check_backend_args(est)
+    rbf_parts(kernel)
+    X = check_samples(X, kernel, "X")
+    t = check_targets(y, X.shape[0], "y")
+    if t.ndim != 1:
+        raise ValueError(
+            f"y must be 1-D for solver='cg'; got shape {t.shape}. Fit one model "
+            "per target column, or use solver='cholesky'."
         )
-        seed = 0 if self.random_state is None else self.random_state
-        self._matrix_free = MatrixFreeEvidence(
-            client,
-            store,
-            X,
-            t,
-            noise,
-            self.n_probes,
-            self.lanczos_steps,
-            self.tol,
-            self.rank,
-            self.max_iter,
-            seed,
+    y_mean, y_std = (t.mean(), t.std() or 1.0) if est.normalize_y else (0.0, 1.0)
+    t = (t - y_mean) / y_std
+    client = get_client(est.address)
+    identity = {
+        "estimator": "backends.dask.GaussianProcessRegressor",
+        "solver": "cg",
+        "kernel": kernel_identity(kernel),
+        "noise": noise,
+        "optimizer": est.optimizer,
+        "n_restarts": est.n_restarts,
+        "normalize_y": bool(est.normalize_y),
+        "random_state": repr(est.random_state),
+        "n_probes": est.n_probes,
+        "lanczos_steps": est.lanczos_steps,
+        "tol": float(est.tol),
+        "rank": est.rank,
+        "max_iter": est.max_iter,
+        "probe_seed": est.probe_seed,
+        "trace_estimator": est.trace_estimator,
+    }
+    store = FitStore.prepare(
+        _store_path(est),
+        X,
+        arrays={"t": t},
+        identity=identity,
+        chunk_size=est.chunk_size,
+        client=client,
+    )
+    est._matrix_free = MatrixFreeEvidence(
+        client,
+        store,
+        X,
+        t,
+        noise,
+        n_probes=est.n_probes,
+        lanczos_steps=est.lanczos_steps,
+        tol=est.tol,
+        rank=est.rank,
+        max_iter=est.max_iter,
+        random_state=est.probe_seed,
+        trace_estimator=est.trace_estimator,
+        progress=est.progress,
+        resume=est.resume,
+    )
+    est._record = EvaluationRecord(store, est.resume)
+    est.n_evaluations_ = 0
+    if est.optimizer is not None and kernel.theta.size:
+        kernel = kernel.clone_with_theta(est._maximise_evidence(kernel, X, t, noise))
+    r = est._record.r
+    if r is not None and np.array_equal(r["alpha_theta"], kernel.theta):
+        k = est._record.recorded(kernel.theta, False)
+        alpha, lml = r["alpha"], float(r["value"][k])
+        logdet, n_iter = float(r["logdet"][k]), int(r["n_iter"][k])
+    else:
+        lml = float(_evidence(est, kernel, False))
+        alpha, logdet = est._matrix_free.alpha, est._matrix_free.logdet
+        n_iter = est._matrix_free.n_iter
+    est.kernel_, est._noise, est.alpha_ = kernel, noise, alpha
+    est._y_mean, est._y_std = y_mean, y_std
+    est.log_marginal_likelihood_value_ = lml
+    est.log_det_, est.n_iter_ = logdet, n_iter
+    est.n_resumed_ = est._record.n_resumed
+    est.store_, est.fit_solver_ = str(store.path), "cg"
+    est.X_train_, est.y_train_ = X.copy(), t
+    record_n_features(est, X)
+    return est
+
+
+def predict_mean(est, X, return_std=False, return_cov=False):
+    """The predictive mean k*ᵀα (``gp-predictive-mean``) of a ``solver="cg"`` fit,
+    k(X*, X) formed ``PREDICT_ROWS`` test rows at a time."""
+    if return_std or return_cov:
+        raise NotImplementedError(
+            "a GaussianProcessRegressor fitted with solver='cg' predicts the mean only; "
+            "for return_std or return_cov fit with solver='cholesky' (the exact path)."
         )
-        self.n_evaluations_ = 0
-        if self.optimizer is not None and kernel.theta.size:
-            kernel = kernel.clone_with_theta(
-                self._maximise_evidence(kernel, X, t, noise)
-            )
-        lml = self._evidence(kernel, X, t, noise, False)
-        self.kernel_, self._noise, self.alpha_ = kernel, noise, self._matrix_free.alpha
-        self._y_mean, self._y_std = y_mean, y_std
-        self.log_marginal_likelihood_value_ = lml
-        self.log_det_, self.n_iter_ = self._matrix_free.logdet, self._matrix_free.n_iter
-        self.X_train_, self.y_train_ = X.copy(), t
-        record_n_features(self, X)
-        return self
-
-    def predict(self, X, return_std=False, return_cov=False):
-        if return_std or return_cov:
-            raise NotImplementedError(
-                "the matrix-free GP predicts the mean only; for return_std or return_cov "
-                "use backends.dask.gp.GaussianProcessRegressor (the exact path)."
-            )
-        return super().predict(X)
-
-    def __getstate__(self):
-        state = dict(self.__dict__)
-        state.pop("_matrix_free", None)
-        return state
+    X = check_samples(X, est.kernel_, "X")
+    check_n_features(X, est.n_features_in_)
+    mean = np.concatenate(
+        [
+            evaluate_kernel(est.kernel_, X[s : s + PREDICT_ROWS], est.X_train_)
+            @ est.alpha_
+            for s in range(0, len(X), PREDICT_ROWS)
+        ]
+    )
+    return est._y_mean + est._y_std * mean
 
 
 def nystrom_gp_mean(X, y, kernel, noise, n_centres, **options):

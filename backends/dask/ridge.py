@@ -84,8 +84,10 @@ class KernelRidge(ReferenceKernelRidge):
         and settings), e.g. after an interrupt.
     preconditioner : "pivoted_cholesky", "nystrom" or None
         Low-rank preconditioner of the conjugate gradients (``solver="cg"``).
-    rank : int
-        Rank r of the preconditioner (pivots, or Nyström landmarks).
+    rank : int or "auto"
+        Rank r of the preconditioner (pivots, or Nyström landmarks); "auto"
+        (pivoted Cholesky only) grows it from the measured spectrum
+        (``cg.auto_pivoted_cholesky``).
     tol : float
         Stopping rule of the conjugate gradients, ‖t − (K + λI)a‖ ≤ tol·‖t‖; see
         ``backends.dask.cg.DEFAULT_TOL`` for the default's accuracy.
@@ -180,7 +182,12 @@ class KernelRidge(ReferenceKernelRidge):
         check_integer(
             self.chunk_size, "chunk_size", meaning="It is the edge of the Gram tiles."
         )
-        check_integer(self.rank, "rank", meaning="It is the preconditioner's rank.")
+        _cg.check_rank(self.rank)
+        if self.rank == "auto" and self.preconditioner != "pivoted_cholesky":
+            raise ValueError(
+                "rank='auto' grows a pivoted Cholesky factor; it needs "
+                f"preconditioner='pivoted_cholesky', got {self.preconditioner!r}."
+            )
         check_integer(self.max_iter, "max_iter", meaning="It caps the CG iterations.")
         tol = check_positive(
             self.tol, "tol", meaning="It is the relative residual of CG."

@@ -57,9 +57,9 @@ def _store_path(est, solver):
 
 def _preconditioner(est, kernel, X, lam):
     if est.preconditioner == "pivoted_cholesky":
-        return _cg.WoodburyPreconditioner(
-            _cg.pivoted_cholesky(kernel, X, est.rank), lam
-        )
+        L = _cg.preconditioner_factor(kernel, X, est.rank, lam)
+        est.preconditioner_rank_ = L.shape[1]
+        return _cg.WoodburyPreconditioner(L, lam)
     if est.preconditioner == "nystrom":
         L = _cg.nystrom_factor(kernel, X, est.rank, est.random_state)
         return _cg.WoodburyPreconditioner(L, lam)
@@ -78,7 +78,7 @@ def fit_cg(est, X, t, lam, kernel, client):
         "cg",
         {
             "preconditioner": est.preconditioner,
-            "rank": int(est.rank),
+            "rank": est.rank,
             "random_state": int(est.random_state),
         },
     )

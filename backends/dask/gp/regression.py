@@ -19,18 +19,21 @@ only ``_evidence`` is replaced, and the factor is reused while θ is unchanged.
 Every evaluation is recorded in the fit store, so an interrupted fit resumes.
 """
 
-import json
-
 import numpy as np
 from scipy.linalg import LinAlgError
 
+from backends.dask import gp_matrix_free as matrix_free
 from backends.dask.cluster import get_client
-from backends.dask.gp.common import ExactFit, forward_norms_on
-from backends.dask.gp.tiles import CrossRhs, KernelTiles
-from backends.dask.linalg import tiled_cholesky
-from backends.dask.runtime import FitStore
+from backends.dask.gp.common import (
+    ClusterFitMixin,
+    check_backend_args,
+    cross_blocks,
+    ensure_factor,
+    forward_norms_on,
+    kernel_identity,
+)
+from backends.dask.gp.tiles import KernelTiles
 from kernelref._validation import (
-    check_integer,
     check_n_features,
     check_samples,
     check_targets,
@@ -39,38 +42,23 @@ from kernelref._validation import (
 from kernelref.gp import GaussianProcessRegressor as ReferenceGaussianProcessRegressor
 from kernelref.gp import NotPositiveDefiniteError
 
-__all__ = ["GaussianProcessRegressor", "check_backend_args"]
+# check_backend_args and kernel_identity are imported from here by other modules
+__all__ = ["GaussianProcessRegressor", "check_backend_args", "kernel_identity"]
 
 LOG_2PI = np.log(2.0 * np.pi)
 
 
-def check_backend_args(estimator):
-    """Check ``store, chunk_size, address, progress, resume`` before any work."""
-    import os
-
-    check_integer(estimator.chunk_size, "chunk_size", meaning="It is the tile edge.")
-    if estimator.store is not None and not isinstance(
-        estimator.store, (str, os.PathLike)
-    ):
-        raise TypeError(
-            f"store must be a directory path or None; got {estimator.store!r}."
-        )
-    if estimator.address is not None and not isinstance(estimator.address, str):
-        raise TypeError(
-            f"address must be a scheduler address string or None; got {estimator.address!r}."
-        )
-    if not isinstance(estimator.resume, bool):
-        raise TypeError(f"resume must be True or False; got {estimator.resume!r}.")
-
-
-def kernel_identity(kernel):
-    """The kernel's spec as JSON reads it back."""
-    return json.loads(
-        json.dumps(kernel.spec(), default=lambda v: np.asarray(v).tolist())
+def log_evidence(t, alpha, log_diagonal_sum):
+    """log p(t | X) = −½ tᵀα − Σ log L_ii − n/2 log 2π per target (label ``gp-lml``)."""
+    n, n_targets = len(t), 1 if t.ndim == 1 else t.shape[1]
+    return float(
+        -0.5 * np.sum(t * alpha)
+        - n_targets * log_diagonal_sum
+        - 0.5 * n_targets * n * LOG_2PI
     )
 
 
-class GaussianProcessRegressor(ReferenceGaussianProcessRegressor):
+class GaussianProcessRegressor(ClusterFitMixin, ReferenceGaussianProcessRegressor):
     """Exact GP regression with ML-II, the N × N algebra tiled on a Dask cluster.
 
     Parameters
@@ -89,6 +77,16 @@ class GaussianProcessRegressor(ReferenceGaussianProcessRegressor):
         ``runtime.Record`` after every evaluation computed.
     resume : bool
         Continue from the store's record of evaluations.
+    solver : "cholesky" or "cg"
+        "cholesky" (default): the exact path above. "cg": matrix-free
+        (``backends.dask.gp_matrix_free``): CG with a pivoted-Cholesky
+        preconditioner, log|K + σ²I| by stochastic Lanczos quadrature, gradient
+        traces by probes; RBF or c·RBF kernels, one target, predictive mean only.
+    n_probes, lanczos_steps, tol, rank, max_iter, probe_seed, trace_estimator
+        The matrix-free path's settings (``solver="cg"`` only): random probes
+        (≥ 2), Lanczos steps of the quadrature (None: every CG step), CG relative
+        residual, preconditioner rank (int or "auto"), CG iteration cap, seed of
+        the probes, and "hutchinson" or "hutch++" for the gradient's traces.
 
     Attributes
     ----------
@@ -112,6 +110,14 @@ class GaussianProcessRegressor(ReferenceGaussianProcessRegressor):
         address=None,
         progress=None,
         resume=True,
+        solver="cholesky",
+        n_probes=10,
+        lanczos_steps=None,
+        tol=1e-6,
+        rank="auto",
+        max_iter=1000,
+        probe_seed=0,
+        trace_estimator="hutchinson",
     ):
         super().__init__(
             kernel=kernel,
@@ -121,18 +127,29 @@ class GaussianProcessRegressor(ReferenceGaussianProcessRegressor):
             normalize_y=normalize_y,
             random_state=random_state,
         )
-        self.store = store
-        self.chunk_size = chunk_size
-        self.address = address
-        self.progress = progress
-        self.resume = resume
+        self._set_backend_params(store, chunk_size, address, progress, resume)
+        self.solver = solver
+        self.n_probes = n_probes
+        self.lanczos_steps = lanczos_steps
+        self.tol = tol
+        self.rank = rank
+        self.max_iter = max_iter
+        self.probe_seed = probe_seed
+        self.trace_estimator = trace_estimator
+
+    _transient = ("_fit", "_matrix_free", "_record")
 
     # -- the evidence on the cluster ------------------------------------------------------
-    def _factorise(self, kernel, noise):
-        tiles = KernelTiles(kernel, self._fit.store.x_ref)
+    def _factorise(self, kernel, noise, factor=None, client=None):
+        """chol(K + σ²I) at ``kernel`` into the fit's factor (or ``factor``)."""
+        x_ref = self._fit.store.x_ref if factor is None else self._x_ref
+        tiles = KernelTiles(kernel, x_ref)
         key = {"theta": kernel.theta.tolist(), "noise": noise}
         try:
-            self._fit.factorise(tiles, noise, key)
+            if factor is None:
+                self._fit.factorise(tiles, noise, key)
+            else:
+                ensure_factor(factor, tiles, noise, key, client)
         except LinAlgError:
             raise NotPositiveDefiniteError(
                 f"K + noise*I is not positive definite (tiled Cholesky failed) with "
@@ -141,22 +158,19 @@ class GaussianProcessRegressor(ReferenceGaussianProcessRegressor):
 
     def _evidence(self, kernel, X, t, noise, eval_gradient):
         """log p(t | X, θ) (``gp-lml``) and its gradient (``gp-lml-grad``), tiled."""
+        if self.solver == "cg":
+            return matrix_free._evidence(self, kernel, eval_gradient)
         fit = self._fit
         known = fit.recorded(kernel.theta, eval_gradient)
         if known is not None:
             return known if eval_gradient else known[0]
         self._factorise(kernel, noise)
         alpha = fit.solve(t)
-        n, n_targets = len(t), 1 if t.ndim == 1 else t.shape[1]
-        lml = float(
-            -0.5 * np.sum(t * alpha)
-            - n_targets * fit.log_diagonal_sum()
-            - 0.5 * n_targets * n * LOG_2PI
-        )
+        lml = log_evidence(t, alpha, fit.log_diagonal_sum())
         gradient = None
         if eval_gradient:
-            a = alpha.reshape(n, -1)
-            gradient = fit.gradient(kernel, a, 0.5 * a, 0.5 * n_targets)
+            a = alpha.reshape(len(t), -1)
+            gradient = fit.gradient(kernel, a, 0.5 * a, 0.5 * a.shape[1])
         if kernel.theta.size:
             fit.record(kernel.theta, lml, gradient)
         return (lml, gradient) if eval_gradient else lml
@@ -164,6 +178,8 @@ class GaussianProcessRegressor(ReferenceGaussianProcessRegressor):
     # -- fitting ------------------------------------------------------------------------
     def fit(self, X, y):
         """ML-II (if ``optimizer``), then the factor and α at the learned θ."""
+        if self.solver != "cholesky":
+            return matrix_free.fit_matrix_free(self, X, y)  # checks solver
         kernel, noise = self._validate_params()
         check_backend_args(self)
         X = check_samples(X, kernel, "X")
@@ -174,7 +190,6 @@ class GaussianProcessRegressor(ReferenceGaussianProcessRegressor):
         else:
             y_mean, y_std = np.zeros(t.shape[1:]), np.ones(t.shape[1:])
         t = (t - y_mean) / y_std
-        client = get_client(self.address)
         identity = {
             "estimator": "backends.dask.GaussianProcessRegressor",
             "kernel": kernel_identity(kernel),
@@ -184,38 +199,24 @@ class GaussianProcessRegressor(ReferenceGaussianProcessRegressor):
             "normalize_y": bool(self.normalize_y),
             "random_state": repr(self.random_state),
         }
-        store = FitStore.prepare(
-            self.store,
-            X,
-            arrays={"t": t},
-            identity=identity,
-            chunk_size=self.chunk_size,
-            client=client,
-        )
-        self._fit = ExactFit(store, client, self.progress, self.resume, "GP ML-II")
-        try:
+        self._fit = fit = self._open_fit(X, t, identity, "GP ML-II")
+        with fit:
             if self.optimizer is not None and kernel.theta.size:
                 kernel = kernel.clone_with_theta(
                     self._maximise_evidence(kernel, X, t, noise)
                 )
             self._factorise(kernel, noise)
-            alpha = self._fit.solve(t)
-            n_targets = 1 if t.ndim == 1 else t.shape[1]
-            lml = float(
-                -0.5 * np.sum(t * alpha)
-                - n_targets * self._fit.log_diagonal_sum()
-                - 0.5 * n_targets * len(t) * LOG_2PI
-            )
-        finally:
-            self._fit.close()
+            alpha = fit.solve(t)
+            lml = log_evidence(t, alpha, fit.log_diagonal_sum())
         self.kernel_, self._noise, self.alpha_ = kernel, noise, alpha
-        self.factor_, self.store_ = self._fit.factor, str(store.path)
-        self._x_ref = store.x_ref
+        self.factor_, self.store_ = fit.factor, str(fit.store.path)
+        self._x_ref = fit.store.x_ref
         self._y_mean, self._y_std = y_mean, y_std
         self.log_marginal_likelihood_value_ = lml
         self.X_train_, self.y_train_ = X, t
         self.n_evaluations_ = self._fit.n_computed
         self.n_resumed_ = self._fit.n_resumed
+        self.fit_solver_ = "cholesky"
         record_n_features(self, X)
         return self
 
@@ -225,6 +226,8 @@ class GaussianProcessRegressor(ReferenceGaussianProcessRegressor):
         covariance (``gp-predictive-var``), by forward substitution on the cluster."""
         if not hasattr(self, "kernel_"):
             return super().predict(X, return_std=return_std, return_cov=return_cov)
+        if getattr(self, "fit_solver_", "cholesky") == "cg":
+            return matrix_free.predict_mean(self, X, return_std, return_cov)
         if return_std and return_cov:
             raise ValueError(
                 "ask for return_std or return_cov, not both; "
@@ -234,15 +237,12 @@ class GaussianProcessRegressor(ReferenceGaussianProcessRegressor):
         if X.ndim == 2:
             check_n_features(X, self.n_features_in_)
         alpha = self.alpha_.reshape(len(self.alpha_), -1)
-        b = self._x_ref.chunk_size
-        blocks = [
-            CrossRhs(self.kernel_, self._x_ref, X[s : s + b])
-            for s in range(0, len(X), b)
-        ]
-        if return_cov:
-            blocks = [CrossRhs(self.kernel_, self._x_ref, X)]
+        # the covariance needs all test points in one right-hand side
+        b = max(len(X), 1) if return_cov else self._x_ref.chunk_size
+        blocks = cross_blocks(self.kernel_, self._x_ref, X, block_size=b)
         client = get_client(self.address)
-        self._refactorise(client)
+        # the store's factor may hold another θ (log_marginal_likelihood since the fit)
+        self._factorise(self.kernel_, self._noise, self.factor_, client)
         parts = forward_norms_on(client, self.factor_, blocks, alpha, return_cov)
         mean = np.concatenate([m for m, _ in parts], axis=0)
         mean = mean[:, 0] if self.alpha_.ndim == 1 else mean
@@ -257,21 +257,3 @@ class GaussianProcessRegressor(ReferenceGaussianProcessRegressor):
         np.clip(var, 0.0, None, out=var)
         std = np.sqrt(var * scale if mean.ndim == 1 else var[:, None] * scale)
         return mean, std
-
-    def _refactorise(self, client):
-        """Factor K + σ²I at ``kernel_`` again if the store's factor was overwritten
-        since the fit (by ``log_marginal_likelihood`` at another θ)."""
-        key = {"theta": self.kernel_.theta.tolist(), "noise": self._noise}
-        attrs = self.factor_.attrs
-        if attrs.get("complete") is True and attrs.get("key") == key:
-            return
-        attrs.update({"complete": False, "key": None})
-        tiled_cholesky(
-            KernelTiles(self.kernel_, self._x_ref), self._noise, self.factor_, client
-        )
-        attrs.update({"complete": True, "key": key})
-
-    def __getstate__(self):
-        state = dict(self.__dict__)
-        state.pop("_fit", None)
-        return state
