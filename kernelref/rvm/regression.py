@@ -178,20 +178,13 @@ class RVR(RegressorMixin, BaseEstimator):
     def fit(self, X, y):
         """Maximise the evidence and keep the relevance vectors."""
         X, t, self.kernel_ = self._validate(X, y)
-        Phi = design_matrix(self.kernel_, X, X, self.bias)
         offset = 1 if self.bias else 0
-        scales = np.concatenate([np.ones(offset), column_scales(Phi[:, offset:])])
         if self.method == "fast":
-            result = fast_regression(
-                Phi,
-                t,
-                beta_schedule=self.beta_schedule,
-                max_iter=self.max_iter,
-                tol=self.tol,
-                alignment_max=self.alignment_max,
-            )
+            result = self._fit_fast(X, t)
             kept = result.active
         else:
+            Phi = design_matrix(self.kernel_, X, X, self.bias)
+            scales = np.concatenate([np.ones(offset), column_scales(Phi[:, offset:])])
             # α is bounded on the user's scale; columns that are zero carry no information.
             alpha0 = np.where(scales > 0, initial_alpha(len(t)), np.inf)
             keep = np.flatnonzero(scales > 0)
@@ -224,6 +217,18 @@ class RVR(RegressorMixin, BaseEstimator):
         self.evidence_, self.log_evidence_ = result.evidence, float(result.log_evidence)
         record_n_features(self, X)
         return self
+
+    def _fit_fast(self, X, t):
+        """The fast algorithm on the design matrix of X, as a `FastResult` on the
+        scale of its columns. (The Dask backend replaces this one method.)"""
+        return fast_regression(
+            design_matrix(self.kernel_, X, X, self.bias),
+            t,
+            beta_schedule=self.beta_schedule,
+            max_iter=self.max_iter,
+            tol=self.tol,
+            alignment_max=self.alignment_max,
+        )
 
     def _basis(self, X):
         """φ(x)ᵀ of the kept basis functions for each row of X."""
