@@ -98,7 +98,7 @@ def test_book_builds_without_warnings(book_build):
 
 @pytest.mark.slow
 @pytest.mark.timeout(BUILD_TIMEOUT + 60)
-def test_pages_load_mathjax_locally_and_nothing_from_a_cdn(book_build):
+def test_book_build_loads_mathjax_locally_and_nothing_from_a_cdn(book_build):
     completed, built_book = book_build
     if completed.returncode != 0:
         pytest.fail("the book did not build; see test_book_builds_without_warnings")
