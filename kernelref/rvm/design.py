@@ -24,6 +24,7 @@ __all__ = [
     "NOISE_FRACTION_INIT",
     "Posterior",
     "check_evidence_settings",
+    "check_kernel_columns",
     "column_scales",
     "design_matrix",
     "initial_beta",
@@ -90,7 +91,12 @@ def column_scales(Phi):
     Raises when every column is zero: the kernel is then zero on the training
     data and its basis functions can explain nothing.
     """
-    scales = np.sqrt(np.einsum("nm,nm->m", Phi, Phi))
+    return check_kernel_columns(np.sqrt(np.einsum("nm,nm->m", Phi, Phi)))
+
+
+def check_kernel_columns(scales):
+    """Refuse kernel columns whose norms ``scales`` are all zero (see
+    `column_scales`); return the norms."""
     if not np.any(scales > 0):
         raise ValueError(
             "the kernel is zero on all pairs of training points, so the design matrix Φ "

@@ -221,8 +221,10 @@ class RVR(RegressorMixin, BaseEstimator):
     def _fit_fast(self, X, t):
         """The fast algorithm on the design matrix of X, as a `FastResult` on the
         scale of its columns. (The Dask backend replaces this one method.)"""
+        Phi = design_matrix(self.kernel_, X, X, self.bias)
+        column_scales(Phi[:, 1 if self.bias else 0 :])  # refuses a zero kernel
         return fast_regression(
-            design_matrix(self.kernel_, X, X, self.bias),
+            Phi,
             t,
             beta_schedule=self.beta_schedule,
             max_iter=self.max_iter,
