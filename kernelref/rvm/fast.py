@@ -311,9 +311,10 @@ class FastLoop:
         alpha=None,
         alignment_max=ALIGNMENT_MAX,
         polish=True,
+        priority_deletion=False,
     ):
         self.Phi, self.usable, self.t = Phi, usable, t
-        self.polish = polish
+        self.polish, self.priority_deletion = polish, priority_deletion
         self.max_iter, self.tol, self.update_beta = max_iter, tol, update_beta
         self.alignment_max = alignment_max
         self.PhiT_t = t @ Phi
@@ -354,7 +355,7 @@ class FastLoop:
         factorisation when one is due."""
         model, n_iter = state.model, state.n_iter + 1
         j, new_alpha, gain, settled = choose_action(
-            model, self.usable, self.tol, self.alignment_max
+            model, self.usable, self.tol, self.alignment_max, self.priority_deletion
         )
         if (
             self.polish
@@ -423,6 +424,9 @@ class FastLoop:
         model = state.model
         alpha = model.alpha.copy()
         alpha[model.active] = polished.alpha
+        active = model.active[np.isfinite(polished.alpha)]
+        if len(active) < len(model.active):  # deletions: alignments and U change
+            model = model._replace(active=active, align=None)
         model = refresh(
             model._replace(alpha=alpha, beta=polished.beta),
             self.Phi,
@@ -583,9 +587,11 @@ def refresh(model, Phi, usable, t, PhiT_t, alignment_max, measure=False):
     )
 
 
-def choose_action(model, usable, tol, alignment_max):
+def choose_action(model, usable, tol, alignment_max, priority_deletion=False):
     """The column j to act on, every column's optimal α and gain ΔL
-    (`_choose_action`), and whether the α have settled (see `fast_on_unit_columns`)."""
+    (`_choose_action`), and whether the α have settled (see `fast_on_unit_columns`).
+    With ``priority_deletion`` the best deletion is chosen whenever one pays
+    (SparseBayes's PriorityDeletion, on by default there), else the best action."""
     alpha = model.alpha
     s, q = sparsity_quality(model.S, model.Q, alpha)
     # Only a new direction needs a residual above SPAN_RESIDUAL_MIN: a deleted
@@ -601,6 +607,10 @@ def choose_action(model, usable, tol, alignment_max):
     # only O((Δ log α)²): it is not worth an iteration.
     gain[inside & np.isfinite(new_alpha) & (log_change < tol)] = 0.0
     j = int(np.argmax(gain))
+    if priority_deletion:
+        deletions = np.flatnonzero(inside & np.isinf(new_alpha) & (gain > 0))
+        if len(deletions):
+            j = int(deletions[np.argmax(gain[deletions])])
     settled = np.all(log_change[inside] < tol) and not np.any(
         np.isinf(new_alpha) != ~inside
     )
@@ -734,9 +744,9 @@ def noise_update(model, N, beta_max):
 
 
 def _pays(model, new_alpha, gain):
-    """Whether an addition or a deletion raises the evidence."""
-    moves = np.isfinite(new_alpha) != np.isfinite(model.alpha)
-    return bool(np.any(gain[moves] > 0))
+    """Whether an addition raises the evidence."""
+    additions = np.isfinite(new_alpha) & ~np.isfinite(model.alpha)
+    return bool(np.any(gain[additions] > 0))
 
 
 def polish_model(model, N, tol, update_beta, beta_max):

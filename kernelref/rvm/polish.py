@@ -16,9 +16,9 @@ with a backtracking line search, from its gradient and Hessian
     ∂²L/∂log α_i∂log β   = −α_iμ_iν_i + ½α_i(Σ − ΣAΣ)_ii,
     ∂²L/∂log β²          = ½(−tr AΣ + tr (AΣ)² − βe) + (Aμ)ᵀν.
 
-The polish stops at its fixed point (every Newton step below the tolerances on
-log α and log β), when a basis function's own optimum moves to α_i = ∞ (a
-deletion, which the sequential algorithm then makes), or when the line search
+A basis function whose own optimum moves to α_i = ∞ is deleted on the way, as
+the sequential algorithm would. The polish stops at its fixed point (every
+Newton step below the tolerances on log α and log β) or when the line search
 finds no ascent (the evidence no longer resolves the steps).
 """
 
@@ -32,9 +32,9 @@ __all__ = ["MAX_LOG_STEP", "Polished", "evidence_derivatives", "newton_polish"]
 #: No Newton step moves any log α_i or log β by more than this (a factor e³).
 MAX_LOG_STEP = 3.0
 
-#: The result of `newton_polish`: α of the model's columns, β, the log evidence,
-#: the Newton steps taken, and why it stopped ("settled", "delete", "flat",
-#: "max_steps").
+#: The result of `newton_polish`: α of the model's columns (∞ for those it
+#: deleted), β, the log evidence, the steps taken (Newton steps and deletions),
+#: and why it stopped ("settled", "flat", "max_steps").
 Polished = namedtuple("Polished", "alpha beta log_evidence n_steps reason")
 
 
@@ -122,23 +122,63 @@ def newton_polish(
 ):
     """Maximise the evidence of the model's coordinates (R, τ, perp) over its α
     (and β with ``learn_beta``, at most ``beta_max``) by Newton's method with
-    backtracking (label ``rvm-polish-hessian``); a `Polished`.
+    backtracking (label ``rvm-polish-hessian``); a `Polished`, with α = ∞ for the
+    basis functions it deleted.
 
-    Each step is accepted only if it raises L. It stops once a full step changes
-    every log α_i by less than ``tol`` and log β by less than ``beta_tol``; when a
-    basis function's own optimum is α_i = ∞ (q_i² − s_i ≤ ``zero_factor``, with
-    s_i = 1/Σ_ii − α_i and q_i = μ_i/Σ_ii) and the model has more than one; or
-    when no backtracked step raises L.
+    Each step is accepted only if it raises L. Before each Newton step, the basis
+    functions whose own optimum is α_i = ∞ (q_i² − s_i ≤ ``zero_factor``, with
+    s_i = 1/Σ_ii − α_i = β(ΣRᵀR)_ii/Σ_ii and q_i = μ_i/Σ_ii, label
+    ``rvm-fast-alpha``) are deleted:
+    all of them at once if that raises L, else the one whose deletion gains most,
+    −ℓ(α_i) (label ``rvm-decomposition``); the last basis function stays. It stops
+    once a full Newton step changes every log α_i by less than ``tol`` and log β by
+    less than ``beta_tol``, or when no backtracked step raises L.
     """
-    K, Rt_tau, tau_tau = R.T @ R, R.T @ tau, tau @ tau
-    alpha, beta = np.array(alpha, dtype=float), float(beta)
-    m = len(alpha)
+    K_all, Rt_tau_all, tau_tau = R.T @ R, R.T @ tau, tau @ tau
+    alpha_all = np.array(alpha, dtype=float)
+    keep = np.arange(len(alpha_all))
+    alpha, beta = alpha_all.copy(), float(beta)
+    K, Rt_tau = K_all, Rt_tau_all
     Sigma, mu, e, L = _posterior(K, Rt_tau, tau_tau, perp, alpha, beta, N)
+
+    def finish(n_steps, reason):
+        out = np.full(len(alpha_all), np.inf)
+        out[keep] = alpha
+        return Polished(out, beta, L, n_steps, reason)
+
     for n_steps in range(max_steps):
         d = np.diag(Sigma)
-        s, q = 1.0 / d - alpha, mu / d
-        if m > 1 and np.any(q**2 - s <= zero_factor):
-            return Polished(alpha, beta, L, n_steps, "delete")
+        # s_i = γ_i/Σ_ii with γ_i = 1 − α_iΣ_ii = β(ΣK)_ii, which does not cancel
+        # when α_i ≫ s_i; q_i = μ_i/Σ_ii.
+        s = beta * np.einsum("ij,ji->i", Sigma, K) / d
+        q = mu / d
+        irrelevant = q**2 - s <= zero_factor
+        if len(keep) > 1 and np.any(irrelevant):
+            ell = 0.5 * (np.log(alpha / (alpha + s)) + q**2 / (alpha + s))
+            if np.all(irrelevant):  # the last basis function stays
+                irrelevant[np.argmax(ell)] = False
+            for drop in (irrelevant, np.arange(len(keep)) == np.argmin(ell)):
+                rest = np.flatnonzero(~drop)
+                trial = _posterior(
+                    K[np.ix_(rest, rest)],
+                    Rt_tau[rest],
+                    tau_tau,
+                    perp,
+                    alpha[rest],
+                    beta,
+                    N,
+                )
+                if trial[3] >= L:
+                    break
+            keep, alpha, K, Rt_tau = (
+                keep[rest],
+                alpha[rest],
+                K[np.ix_(rest, rest)],
+                Rt_tau[rest],
+            )
+            Sigma, mu, e, L = trial
+            continue
+        m = len(alpha)
         fit_beta = learn_beta
         g, H = _derivatives(Sigma, mu, e, alpha, beta, N, fit_beta)
         step = _ascent_direction(g, H)
@@ -166,9 +206,9 @@ def newton_polish(
                 break
             scale *= 0.5
         if not accepted:
-            return Polished(alpha, beta, L, n_steps, "flat")
+            return finish(n_steps, "flat")
         alpha, beta = new_alpha, new_beta
         Sigma, mu, e, L = trial
         if small:
-            return Polished(alpha, beta, L, n_steps + 1, "settled")
-    return Polished(alpha, beta, L, max_steps, "max_steps")
+            return finish(n_steps + 1, "settled")
+    return finish(max_steps, "max_steps")
