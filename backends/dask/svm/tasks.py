@@ -8,40 +8,10 @@ only its slice of the result, never a kernel block. Kernel blocks are formed
 
 import numpy as np
 
-from backends.dask.blocks import kernel_block, reusable_buffer
+from backends.dask.blocks import product_rows
 from backends.dask.runtime import read_chunk
 from kernelref.svm import problems
 from kernelref.svm.solver import solve
-
-#: Entries of the kernel block formed at once: 2 MiB, so that the product, the
-#: elementwise map and the multiplication by the coefficients all run in cache.
-#: Measured here at 4096 × 2048: 2.5 ns per RBF entry in blocks of 256 × 1024,
-#: 3.7 ns in blocks of 4096 × 1024 (each pass then goes to memory).
-BLOCK_ENTRIES = 2**18
-#: Columns of a block: at most this many, the rest of the budget in rows.
-COLUMN_BLOCK = 1024
-
-
-def product_rows(X, kernel, Y, coef):
-    """k(X, Y) @ coef, forming the kernel in blocks of ``BLOCK_ENTRIES`` entries.
-
-    `coef` is (m,) or (m, P); X and Y are centred by the same shift.
-    """
-    out = np.zeros((len(X),) + coef.shape[1:])
-    width = min(COLUMN_BLOCK, max(1, len(Y)))
-    height = max(1, BLOCK_ENTRIES // width)
-    buffer = reusable_buffer(height * width)
-    x_norms = np.einsum("ij,ij->i", X, X)
-    y_norms = np.einsum("ij,ij->i", Y, Y)
-    for first in range(0, len(X), height):
-        rows = slice(first, first + height)
-        for start in range(0, len(Y), width):
-            cols = slice(start, start + width)
-            block = kernel_block(
-                kernel, X[rows], Y[cols], buffer, x_norms[rows], y_norms[cols]
-            )
-            out[rows] += block @ coef[cols]
-    return out
 
 
 def product_chunk(ref, i, kernel, shift, Y, coef):

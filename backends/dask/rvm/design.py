@@ -1,0 +1,131 @@
+"""The RVM's design matrix on a cluster: columns on the client, products streamed.
+
+The fast algorithm's candidates are all N training points, so its design matrix
+Φ = [1 | k(X, X)] is N × (N + 1): the one array of the RVM that does not fit. It
+uses Φ in two ways only (``kernelref.rvm.fast.FastLoop``):
+
+- a few columns at a time, Φ[:, j] or Φ[:, active] — N numbers per column,
+  computed on the client from X, which fits there;
+- left products v @ Φ and V @ Φ — one for Φᵀt at the start, one per addition
+  (the new row uᵀΦ of the coordinates Ψ = UᵀΦ, label ``rvm-SQ-stable``), and
+  one for the model's coordinates at a warm start. Entry i is
+  Σ_n v_n k(x_n, x_i): every kernel entry once, O(N²) however small v is.
+
+``StreamedDesign`` offers exactly these on the unit-norm columns
+Φ̃ = diag(b) Φ diag(1/c) the algorithm works with (b the row weights of the
+classifier's whitened problem, 1 for regression): a left product is one round
+of tasks, one per chunk of candidates, each forming its N × c kernel block
+in pieces in a reused buffer and returning only its c entries.
+"""
+
+import numpy as np
+
+from backends.dask.blocks import kernel_block, product_rows, reusable_buffer
+from backends.dask.runtime import map_chunks, read_chunk
+from kernelref.rvm.design import check_kernel_columns
+
+__all__ = ["StreamedDesign", "left_product_chunk", "squared_norms_chunk"]
+
+
+def _row_chunks(ref, shift):
+    """(rows, X[rows] − shift) for every chunk of the stored X, from the worker's
+    cached chunks."""
+    for r in range(ref.n_chunks):
+        yield ref.rows(r), read_chunk(ref, r) - shift
+
+
+def left_product_chunk(ref, i, kernel, shift, V):
+    """Worker task: V @ k(X, X_i) for the candidates of chunk i, (k, c) for V of
+    shape (k, N); the N × c kernel block is formed in pieces, never whole."""
+    Y = read_chunk(ref, i) - shift
+    out = np.zeros((len(Y), len(V)))
+    for rows, X_r in _row_chunks(ref, shift):
+        out += product_rows(Y, kernel, X_r, V[:, rows].T)
+    return out.T
+
+
+def squared_norms_chunk(ref, i, kernel, shift, w2):
+    """Worker task: Σ_n w²_n k(x_n, x_i)² for the candidates of chunk i: the
+    squared norms of the weighted kernel columns."""
+    Y = read_chunk(ref, i) - shift
+    out = np.zeros(len(Y))
+    height = max(1, 2**18 // max(1, len(Y)))
+    buffer = reusable_buffer(height * len(Y))
+    for rows, X_r in _row_chunks(ref, shift):
+        for first in range(0, len(X_r), height):
+            block = kernel_block(kernel, X_r[first : first + height], Y, buffer)
+            block *= block
+            out += w2[rows][first : first + height] @ block
+    return out
+
+
+class StreamedDesign:
+    """Φ̃ = diag(b) [1 | k(X, X)] diag(1/c), never formed (see the module).
+
+    ``X`` is on the client and, for the tasks, in the fit ``store``; ``shift``
+    centres it for a stationary kernel; ``weights`` are b (None: 1). The norms
+    c come from one pass at construction (``scales``; 0 marks a zero column,
+    which stays zero); ``passes`` counts the streamed passes so far.
+    """
+
+    __array_ufunc__ = None  # so that v @ design calls __rmatmul__
+
+    def __init__(self, X, shift, kernel, bias, store, client, weights=None):
+        self.X, self.shift, self.kernel, self.bias = X - shift, shift, kernel, bias
+        self.store, self.client = store, client
+        self.weights = np.ones(len(X)) if weights is None else np.asarray(weights)
+        self.offset = 1 if bias else 0
+        self.passes = 0
+        self.scales = self._norms()
+        self._inverse = np.where(
+            self.scales > 0, 1 / np.maximum(self.scales, 1e-300), 0
+        )
+
+    @property
+    def shape(self):
+        return (len(self.X), len(self.X) + self.offset)
+
+    def _round(self, func, *args):
+        self.passes += 1
+        parts = map_chunks(self.client, func, self.store.x_ref, self.kernel, *args)
+        return np.concatenate(parts, axis=-1)
+
+    def _norms(self):
+        """c: ‖b‖ for the bias column, √(Σ_n b²_n k(x_n, x_i)²) for column i."""
+        w2 = self.weights**2
+        kernel_part = np.sqrt(self._round(squared_norms_chunk, self.shift, w2))
+        check_kernel_columns(kernel_part)
+        bias = [np.sqrt(w2.sum())] if self.bias else []
+        return np.concatenate([bias, kernel_part])
+
+    def columns(self, index):
+        """Φ̃[:, index] (N × len(index)), from X on the client."""
+        index = np.asarray(index, dtype=int)
+        out = np.empty((len(self.X), len(index)))
+        is_bias = index < self.offset
+        out[:, is_bias] = 1.0
+        points = index[~is_bias] - self.offset
+        if len(points):
+            out[:, ~is_bias] = kernel_block(self.kernel, self.X, self.X[points])
+        out *= self.weights[:, None]
+        out *= self._inverse[index]
+        return out
+
+    def __getitem__(self, key):
+        rows, index = key
+        if rows != slice(None):
+            raise IndexError("a StreamedDesign gives whole columns only: Phi[:, j]")
+        if np.ndim(index) == 0:
+            return self.columns([int(index)])[:, 0]
+        return self.columns(index)
+
+    def __rmatmul__(self, V):
+        """V @ Φ̃ for V of shape (N,) or (k, N): one streamed pass."""
+        V = np.asarray(V, dtype=float)
+        W = np.atleast_2d(V) * self.weights
+        out = np.empty((len(W), self.shape[1]))
+        if self.bias:
+            out[:, 0] = W.sum(axis=1)
+        out[:, self.offset :] = self._round(left_product_chunk, self.shift, W)
+        out *= self._inverse
+        return out[0] if V.ndim == 1 else out
