@@ -29,6 +29,8 @@ from backends.dask.gp.tiles import (
 from backends.dask.linalg import (
     _wait_all,
     create_factor,
+    give_buffer,
+    read_tile,
     tiled_cho_solve,
     tiled_cholesky,
 )
@@ -164,11 +166,12 @@ class ExactFit:
 
     def log_diagonal_sum(self):
         """Σ_i log L_ii, from the factor's diagonal tiles."""
-        L, b, n = self.factor, self.store.chunk_size, self.store.n
+        L, b = self.factor, self.store.chunk_size
         total = 0.0
-        for start in range(0, n, b):
-            rows = slice(start, min(start + b, n))
-            total += np.log(np.diag(np.asarray(L[rows, rows]))).sum()
+        for i in range(self.store.n_chunks):
+            tile, buffer = read_tile(L, i, i, b)
+            total += np.log(np.diag(tile)).sum()
+            give_buffer(buffer)
         return float(total)
 
     def solve(self, t):

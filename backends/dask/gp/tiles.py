@@ -27,7 +27,7 @@ import numpy as np
 from scipy.linalg import solve_triangular
 
 from backends.dask.blocks import block_slice, n_blocks
-from backends.dask.linalg import _tile
+from backends.dask.linalg import give_buffer, leading, read_tile, take_buffer
 from backends.dask.runtime import read_chunk
 
 __all__ = [
@@ -173,25 +173,41 @@ def inverse_column(L, c):
     """Rows i ≥ c of column block c of P = (L Lᵀ)⁻¹, as a list of tiles from c on.
 
     Forward: L Z = E_c (Z_i = 0 for i < c, as L is lower); back: Lᵀ P = Z,
-    from the last block row up to row c. About (T − c)² tile products.
+    from the last block row up to row c. About (T − c)² tile products, each
+    tile read into one reused buffer and each product formed in another.
     """
     n, b = L.shape[0], L.chunks[0]
     T = n_blocks(n, b)
-    rows = [block_slice(i, n, b) for i in range(T)]
-    size = [r.stop - r.start for r in rows]
+    size = [block_slice(i, n, b).stop - i * b for i in range(T)]
+    product = take_buffer((b, b))
     Z = {}
+
+    def subtract(rhs, i, j, transpose):
+        """rhs −= L_ij Z_j, or L_jiᵀ Z_j when ``transpose``."""
+        tile, buffer = read_tile(L, j, i, b) if transpose else read_tile(L, i, j, b)
+        rhs -= np.matmul(
+            tile.T if transpose else tile, Z[j], out=leading(product, rhs.shape)
+        )
+        give_buffer(buffer)
+
+    def solve_diagonal(i, rhs, trans):
+        tile, buffer = read_tile(L, i, i, b)
+        Z[i] = solve_triangular(
+            tile, rhs, lower=True, trans=trans, check_finite=False, overwrite_b=True
+        )
+        give_buffer(buffer)
+
     for i in range(c, T):
         rhs = np.eye(size[c]) if i == c else np.zeros((size[i], size[c]))
         for j in range(c, i):
-            rhs -= _tile(L, i, j, b) @ Z[j]
-        Z[i] = solve_triangular(_tile(L, i, i, b), rhs, lower=True, check_finite=False)
+            subtract(rhs, i, j, False)
+        solve_diagonal(i, rhs, 0)
     for i in reversed(range(c, T)):
         rhs = Z[i]
         for j in range(i + 1, T):
-            rhs -= _tile(L, j, i, b).T @ Z[j]
-        Z[i] = solve_triangular(
-            _tile(L, i, i, b), rhs, lower=True, trans=1, check_finite=False
-        )
+            subtract(rhs, i, j, True)
+        solve_diagonal(i, rhs, 1)
+    give_buffer(product)
     return [Z[i] for i in range(c, T)]
 
 
@@ -233,8 +249,12 @@ def forward_norms(L, rhs, alpha, full):
             mean = term if mean is None else mean + term
         R = rhs.scaled(i, raw)
         for j in range(i):
-            R -= _tile(L, i, j, b) @ V[j]
-        V.append(solve_triangular(_tile(L, i, i, b), R, lower=True, check_finite=False))
+            tile, buffer = read_tile(L, i, j, b)
+            R -= tile @ V[j]
+            give_buffer(buffer)
+        tile, buffer = read_tile(L, i, i, b)
+        V.append(solve_triangular(tile, R, lower=True, check_finite=False))
+        give_buffer(buffer)
         part = V[i].T @ V[i] if full else np.einsum("ij,ij->j", V[i], V[i])
         second = part if second is None else second + part
     return mean, second
