@@ -221,15 +221,21 @@ def gradient_column(L, kernel, x_ref, c, F, G, s, D):
     P = inverse_column(L, c)
     X_c = read_chunk(x_ref, c)
     rows_c = x_ref.rows(c)
+    outer = take_buffer((x_ref.chunk_size, x_ref.chunk_size))
     total = 0.0
-    for offset, P_ic in enumerate(P):
+    for offset in range(len(P)):
         i = c + offset
         rows_i = x_ref.rows(i)
-        W = 0.5 * (F[rows_i] @ G[rows_c].T + G[rows_i] @ F[rows_c].T)
+        W, P[offset] = P[offset], None  # Σ_ic is formed in P_ic's memory
         if D is not None:
-            P_ic = P_ic * D[rows_i, None] * D[None, rows_c]
-        W -= s * P_ic
+            W *= D[rows_i, None]
+            W *= D[None, rows_c]
+        W *= -s
+        term = leading(outer, W.shape)
+        W += np.matmul(0.5 * F[rows_i], G[rows_c].T, out=term)
+        W += np.matmul(0.5 * G[rows_i], F[rows_c].T, out=term)
         total = total + tile_gradient_dot(kernel, read_chunk(x_ref, i), X_c, W, i == c)
+    give_buffer(outer)
     return total
 
 
