@@ -20,7 +20,7 @@ addition touches the N rows of Φ (the product Φᵀu).
 """
 
 import numpy as np
-from scipy.linalg import cholesky, solve_triangular
+from scipy.linalg import cholesky, lapack, solve_triangular
 
 from kernelref.rvm.design import posterior
 
@@ -78,7 +78,10 @@ def cholesky_H(R, alpha, beta):
     G = R * np.sqrt(beta / alpha)  # √β R A^(−½)
     H = G @ G.T
     H.flat[:: len(H) + 1] += 1.0
-    return cholesky(H, lower=True, check_finite=False)
+    L, info = lapack.dpotrf(H, lower=1, clean=1)
+    if info != 0:  # H's eigenvalues are at least 1: only NaN or ∞ get here
+        raise np.linalg.LinAlgError(f"H is not positive definite (dpotrf info {info})")
+    return L
 
 
 def stable_SQ(Psi, active, alpha, beta, residual, PhiT_t, tau, L=None):
@@ -92,8 +95,7 @@ def stable_SQ(Psi, active, alpha, beta, residual, PhiT_t, tau, L=None):
     """
     if L is None:
         L = cholesky_H(Psi[:, active], alpha, beta)
-    Z = solve_triangular(L, Psi, lower=True, check_finite=False)
-    z = solve_triangular(L, tau, lower=True, check_finite=False)
+    Z, z = _solve_lower(L, Psi), _solve_lower(L, tau)
     outside = residual.copy()
     outside[active] = 0.0
     S = beta * (outside + np.einsum("mp,mp->p", Z, Z))
@@ -150,9 +152,15 @@ def fresh_statistics(Psi, active, alpha, beta, residual, PhiT_t, tau):
     evidence (`split_log_evidence`)."""
     L = cholesky_H(Psi[:, active], alpha, beta)
     S, Q = stable_SQ(Psi, active, alpha, beta, residual, PhiT_t, tau, L)
-    L_inv = solve_triangular(L, np.eye(len(L)), lower=True, check_finite=False)
-    z = L_inv @ tau
-    return S, Q, L_inv.T @ L_inv, 2.0 * np.sum(np.log(np.diag(L))), z @ z
+    H_inv = lapack.dpotri(L, lower=1)[0]  # the lower triangle of H⁻¹
+    H_inv = np.tril(H_inv) + np.tril(H_inv, -1).T
+    z = _solve_lower(L, tau)
+    return S, Q, H_inv, 2.0 * np.sum(np.log(np.diag(L))), z @ z
+
+
+def _solve_lower(L, B):
+    """L⁻¹B for a lower triangular L (LAPACK's dtrtrs, without scipy's checks)."""
+    return lapack.dtrtrs(L, B, lower=1)[0]
 
 
 def split_log_evidence(N, beta, log_det_H, tau_H_tau, perp):

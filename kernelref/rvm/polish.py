@@ -25,7 +25,7 @@ finds no ascent (the evidence no longer resolves the steps).
 from collections import namedtuple
 
 import numpy as np
-from scipy.linalg import LinAlgError, cho_factor, cho_solve, eigh, solve_triangular
+from scipy.linalg import LinAlgError, cho_factor, cho_solve, eigh, lapack
 
 __all__ = ["MAX_LOG_STEP", "Polished", "evidence_derivatives", "newton_polish"]
 
@@ -42,11 +42,12 @@ def _posterior(K, Rt_tau, tau_tau, perp, alpha, beta, N):
     """Σ, μ, e and L of the m-dimensional problem (K = RᵀR, Rᵀτ, τᵀτ)."""
     P = beta * K
     P.flat[:: len(alpha) + 1] += alpha
-    L, _ = cho_factor(P, lower=True, check_finite=False)
-    L = np.tril(L)
-    mu = cho_solve((L, True), beta * Rt_tau, check_finite=False)
-    L_inv = solve_triangular(L, np.eye(len(alpha)), lower=True, check_finite=False)
-    Sigma = L_inv.T @ L_inv
+    L, info = lapack.dpotrf(P, lower=1, clean=1)
+    if info != 0:
+        raise LinAlgError("the posterior precision is not positive definite")
+    mu = lapack.dpotrs(L, beta * Rt_tau, lower=1)[0]
+    Sigma = lapack.dpotri(L, lower=1)[0]  # lower triangle of Σ
+    Sigma = np.tril(Sigma) + np.tril(Sigma, -1).T
     # ‖τ − Rμ‖² = τᵀτ − 2μᵀRᵀτ + μᵀKμ
     e = perp + max(tau_tau - 2 * mu @ Rt_tau + mu @ (K @ mu), 0.0)
     log_det = 2.0 * np.sum(np.log(np.diag(L)))
