@@ -65,8 +65,10 @@ def _tile(A, i, j, b):
 
 
 # -- tiles in reused buffers ------------------------------------------------------
-#: Free buffers kept per shape by each process (a task holds at most a few at once).
-POOL_SIZE = 6
+#: Free buffers kept per shape by each process. A buffer is made only when none is
+#: free, so the pool keeps at most what the tasks held at once: a few tiles for the
+#: factorisation, T − c + 2 for the GP gradient's column c.
+POOL_SIZE = 32
 _free = {}
 
 

@@ -169,8 +169,11 @@ def tile_gradient_dot(kernel, X_i, X_j, W_ij, same):
     return np.asarray(kernel.gradient_dot(Z, W), dtype=np.float64)
 
 
-def inverse_column(L, c):
+def inverse_column(L, c, buffers=None):
     """Rows i ≥ c of column block c of P = (L Lᵀ)⁻¹, as a list of tiles from c on.
+
+    With a list ``buffers``, the tiles are held in reused buffers, appended to
+    it for the caller to give back (``give_buffer``) when done with the tiles.
 
     Forward: L Z = E_c (Z_i = 0 for i < c, as L is lower); back: Lᵀ P = Z,
     from the last block row up to row c. About (T − c)² tile products, each
@@ -198,7 +201,14 @@ def inverse_column(L, c):
         give_buffer(buffer)
 
     for i in range(c, T):
-        rhs = np.eye(size[c]) if i == c else np.zeros((size[i], size[c]))
+        if buffers is None:
+            rhs = np.zeros((size[i], size[c]))
+        else:  # Fortran order, so that the triangular solves work in place
+            buffers.append(take_buffer((b, b)))
+            rhs = leading(buffers[-1], (size[c], size[i])).T
+            rhs.fill(0.0)
+        if i == c:
+            rhs[np.diag_indices(size[c])] = 1.0
         for j in range(c, i):
             subtract(rhs, i, j, False)
         solve_diagonal(i, rhs, 0)
@@ -218,7 +228,8 @@ def gradient_column(L, kernel, x_ref, c, F, G, s, D):
     D = I). Regression: F = α, G = ½α, s = ½·targets; classification:
     F = [a, u], G = [½a, ∇log p], s = ½, D = W^½.
     """
-    P = inverse_column(L, c)
+    buffers = []
+    P = inverse_column(L, c, buffers)
     X_c = read_chunk(x_ref, c)
     rows_c = x_ref.rows(c)
     outer = take_buffer((x_ref.chunk_size, x_ref.chunk_size))
@@ -235,7 +246,7 @@ def gradient_column(L, kernel, x_ref, c, F, G, s, D):
         W += np.matmul(0.5 * F[rows_i], G[rows_c].T, out=term)
         W += np.matmul(0.5 * G[rows_i], F[rows_c].T, out=term)
         total = total + tile_gradient_dot(kernel, read_chunk(x_ref, i), X_c, W, i == c)
-    give_buffer(outer)
+    give_buffer(outer, *buffers)
     return total
 
 
