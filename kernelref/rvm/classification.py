@@ -47,7 +47,13 @@ from kernelref.rvm.design import (
     design_matrix,
     posterior,
 )
-from kernelref.rvm.fast import ALIGNMENT_MAX, fast_marginal_likelihood
+from kernelref.rvm.fast import (
+    ALIGNMENT_MAX,
+    FastLoop,
+    on_user_scale,
+    run_to_end,
+    unit_columns,
+)
 from kernelref.rvm.reestimate import (
     GAMMA_MIN,
     gamma_factors,
@@ -67,6 +73,7 @@ __all__ = [
     "BERNOULLI",
     "Bernoulli",
     "ClassifierFit",
+    "dense_approximation",
     "Laplace",
     "MAX_NEWTON_ITER",
     "RVC",
@@ -93,7 +100,8 @@ Laplace = namedtuple("Laplace", "mu Sigma L log_evidence n_iter")
 #: ``alpha`` and the Laplace fields belong to them; ``evidence`` is the Laplace
 #: log evidence after each iteration.
 ClassifierFit = namedtuple(
-    "ClassifierFit", "keep alpha mu Sigma log_evidence evidence n_iter converged"
+    "ClassifierFit",
+    "keep alpha mu Sigma log_evidence evidence n_iter converged",
 )
 
 
@@ -114,9 +122,15 @@ class Bernoulli:
         B^(−½)(t − y) = (2t − 1)exp(−(2t − 1)a/2), since (1 − σ(a))/√(σ(a)σ(−a))
         = √(σ(−a)/σ(a)) = e^(−a/2), and likewise for t = 0.
         """
+        B_sqrt, t_tilde = Bernoulli.row_weights(a, t)
+        return B_sqrt[:, None] * Phi, t_tilde
+
+    @staticmethod
+    def row_weights(a, t):
+        """B^½ and t̃ = B^½t̂ of `whiten`: Φ̃ = diag(B^½)Φ scales Φ's rows."""
         B_sqrt = np.sqrt(likelihood_curvature(a))
         sign = 2.0 * t - 1.0
-        return B_sqrt[:, None] * Phi, B_sqrt * a + sign * np.exp(-0.5 * sign * a)
+        return B_sqrt, B_sqrt * a + sign * np.exp(-0.5 * sign * a)
 
 
 BERNOULLI = Bernoulli()
@@ -211,6 +225,15 @@ def reestimate_classifier(
     )
 
 
+def dense_approximation(Phi, a, t, likelihood):
+    """Φ̃ = B^½Φ at the latent values a on columns of unit norm, their norms, and
+    t̃ (label ``rvc-linearised-target``): the problem `fast_classifier` runs the
+    sequential algorithm on."""
+    Phi_tilde, t_tilde = likelihood.whiten(Phi, a, t)
+    Phi_unit, scales = unit_columns(Phi_tilde)
+    return Phi_unit, scales, t_tilde
+
+
 def fast_classifier(
     Phi,
     t,
@@ -219,6 +242,8 @@ def fast_classifier(
     max_iter=1000,
     tol=1e-3,
     alignment_max=ALIGNMENT_MAX,
+    approximation=None,
+    drive=run_to_end,
 ):
     """Tipping & Faul's fast algorithm on the Gaussian approximation (their §4).
 
@@ -237,23 +262,37 @@ def fast_classifier(
     cycles. When `STALL_PATIENCE` approximations in a row have not raised the
     highest Laplace evidence seen, the loop stops, unconverged, and returns the
     fit with that evidence.
+
+    Φ is used only through its columns, ``approximation`` (`dense_approximation`
+    by default) and ``drive`` (`kernelref.rvm.fast.run_to_end`, given each
+    approximation's `FastLoop` and a name): the Dask backend passes a streamed
+    design and its own two.
     """
+    approximation = dense_approximation if approximation is None else approximation
     P = Phi.shape[1]
     w = np.zeros(P)
     alpha = None
+    active = np.zeros(0, dtype=int)
     evidence = []
     best, since_best = None, 0
     for n_iter in range(1, max_iter + 1):
-        Phi_tilde, t_tilde = likelihood.whiten(Phi, Phi @ w, t)
-        step = fast_marginal_likelihood(
-            Phi_tilde,
+        a = Phi[:, active] @ w[active]
+        Phi_unit, scales, t_tilde = approximation(Phi, a, t, likelihood)
+        unit_alpha = None
+        if alpha is not None:  # a unit column φ/c carries the weight c·w: α/c²
+            unit_alpha = alpha / np.where(scales > 0, scales, 1.0) ** 2
+        loop = FastLoop(
+            Phi_unit,
+            scales > 0,
             t_tilde,
             beta=1.0,
             update_beta=False,
-            alpha=alpha,
+            alpha=unit_alpha,
             tol=tol,
             alignment_max=alignment_max,
         )
+        step = on_user_scale(drive(loop, f"approximation-{n_iter}"), scales)
+        active = step.active
         mode = laplace_posterior(
             Phi[:, step.active], t, step.alpha, step.mu, likelihood
         )
@@ -395,10 +434,7 @@ class RVC(ClassifierMixin, BaseEstimator):
         """Find the mode and the α that maximise the Laplace evidence; keep the
         relevance vectors."""
         X, classes, y_index, kernel = self._validate(X, y)
-        Phi = design_matrix(kernel, X, X, self.bias)
-        offset = int(bool(self.bias))
-        scales = np.concatenate([np.ones(offset), column_scales(Phi[:, offset:])])
-        usable = np.flatnonzero(scales > 0)  # zero columns carry no information
+        Phi, usable = self._design(kernel, X)
         for name in [name for name in vars(self) if name.endswith("_")]:
             delattr(self, name)  # nothing stale from an earlier fit
         self.classes_, self.kernel_ = classes, kernel
@@ -410,7 +446,8 @@ class RVC(ClassifierMixin, BaseEstimator):
         elif self.multi_class == "ovr":
             self.estimators_ = []
             for k in range(K):
-                binary = RVC(**self.get_params(deep=False))
+                binary = type(self)(**self.get_params(deep=False))
+                binary._run_name = f"class-{k}-"  # one machine per class
                 binary.classes_, binary.kernel_ = np.array([0, 1]), kernel
                 record_n_features(binary, X)
                 binary._X = X
@@ -449,6 +486,22 @@ class RVC(ClassifierMixin, BaseEstimator):
             )
         return self
 
+    def _design(self, kernel, X):
+        """Φ and the indices of its nonzero columns (zero columns carry no
+        information). The Dask backend replaces this and the two below."""
+        Phi = design_matrix(kernel, X, X, self.bias)
+        offset = int(bool(self.bias))
+        scales = np.concatenate([np.ones(offset), column_scales(Phi[:, offset:])])
+        return Phi, np.flatnonzero(scales > 0)
+
+    def _approximation(self):
+        """How `fast_classifier` forms each Gaussian approximation (None: dense)."""
+        return None
+
+    def _driver(self):
+        """What runs each approximation's `FastLoop` (`run_to_end`)."""
+        return run_to_end
+
     def _run(self, Phi, t, likelihood):
         if self.method == "fast":
             result = fast_classifier(
@@ -458,6 +511,8 @@ class RVC(ClassifierMixin, BaseEstimator):
                 max_iter=self.max_iter,
                 tol=self.tol,
                 alignment_max=self.alignment_max,
+                approximation=self._approximation(),
+                drive=self._driver(),
             )
         else:
             result = reestimate_classifier(
@@ -481,7 +536,8 @@ class RVC(ClassifierMixin, BaseEstimator):
         self.relevance_vectors_ = self._X[self.relevance_]
 
     def _fit_binary(self, Phi, usable, t):
-        result = self._run(Phi[:, usable], t, BERNOULLI)
+        whole = len(usable) == Phi.shape[1]  # no zero column: Φ as it is
+        result = self._run(Phi if whole else Phi[:, usable], t, BERNOULLI)
         self._keep_basis(usable[result.keep])
         self.alpha_, self.mu_, self.Sigma_ = result.alpha, result.mu, result.Sigma
 
