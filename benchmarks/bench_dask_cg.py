@@ -9,9 +9,6 @@ Parts (``--part``, default ``product``):
   kernel ridge (λ = 0.1, tol 1e-6) with the rank-100 pivoted-Cholesky
   preconditioner against larger ranks.
 - ``cg50k``: ``KernelRidge(solver="cg")`` at N = 50 000, printing progress.
-- ``accuracy``: matrix-free evidence and gradient against the exact ones at
-  N = 4000, relative errors as a function of the number of probes.
-- ``gp``: one matrix-free evidence-and-gradient evaluation at N = 100 000.
 - ``nystrom``: ``KernelRidge(solver="nystrom")`` at N = 1 000 000, D = 20,
   M = 10 000; test error against an exact solve on a subsample, and the time
   per CG iteration against the floor for computing the K_NM blocks.
@@ -33,7 +30,9 @@ work, so absolute times are several times a quiet machine's):
 - cg50k, N = 50 000, rank 1000, tol 1e-6: 70 iterations, 639 s in all with the
   client's preconditioner, progress printed every 10 iterations (9.1 s per
   iteration against a product floor of 7.7 s). Before: unfinished after 25 min.
-- accuracy at N = 4000: see ``backends.dask.gp_matrix_free``.
+
+The matrix-free GP (accuracy by probe count, CG iterations against the
+preconditioner's rank, N = 100 000) is ``bench_dask_gp_matrix_free``.
 """
 
 import argparse
@@ -191,123 +190,22 @@ def part_nystrom(client, args):
     )
 
 
-def part_accuracy(client, args):
-    """Matrix-free evidence and gradient against the exact ones at N = 4000."""
-    import pathlib
-    import tempfile
-
-    from backends.dask.gp_matrix_free import MatrixFreeEvidence
-    from backends.dask.runtime import FitStore
-    from kernelref.gp import GaussianProcessRegressor as ReferenceGPR
-
-    n, noise = args.n, 0.05
-    X, y = data(n, 5)
-    kernel = 1.0 * RBF(gamma=0.2)
-    start = time.perf_counter()
-    exact = ReferenceGPR(kernel=kernel, noise=noise, optimizer=None).fit(X, y)
-    lml, gradient = exact.log_marginal_likelihood(kernel.theta, eval_gradient=True)
-    exact_seconds = time.perf_counter() - start
-    A = kernel(X)
-    A.flat[:: n + 1] += noise
-    logdet = np.linalg.slogdet(A)[1]
-    del A
-    path = pathlib.Path(tempfile.mkdtemp()) / "fit.zarr"
-    store = FitStore.prepare(
-        path, X, identity={"bench": "accuracy"}, chunk_size=1024, client=client
-    )
-    print(
-        f"matrix-free GP at N={n}, D=5, 1.0*RBF(0.2), noise {noise}: exact log p "
-        f"{lml:.2f}, log|A| {logdet:.2f}, gradient {np.round(gradient, 2).tolist()} "
-        f"({exact_seconds:.1f} s dense)"
-    )
-    print(
-        "probes  rel.err log p  rel.err log|A|  max rel.err grad  (mean over seeds)"
-        "  CG iters  s/eval"
-    )
-    for m in (4, 16, 64):
-        errors, seconds, iterations = [], [], []
-        for seed in range(args.seeds):
-            evidence = MatrixFreeEvidence(
-                client,
-                store,
-                X,
-                y,
-                noise,
-                n_probes=m,
-                tol=1e-6,
-                rank=100,
-                random_state=seed,
-            )
-            start = time.perf_counter()
-            lml_mf, gradient_mf = evidence.evaluate(kernel)
-            seconds.append(time.perf_counter() - start)
-            iterations.append(evidence.n_iter)
-            errors.append(
-                [
-                    abs(lml_mf - lml) / abs(lml),
-                    abs(evidence.logdet - logdet) / abs(logdet),
-                    np.max(np.abs(gradient_mf - gradient) / np.abs(gradient)),
-                ]
-            )
-        e = np.mean(errors, axis=0)
-        print(
-            f"{m:6d}  {e[0]:13.2e}  {e[1]:14.2e}  {e[2]:16.2e}  {np.mean(iterations):17.0f}"
-            f"  {np.mean(seconds):6.1f}",
-            flush=True,
-        )
-
-
-def part_gp(client, args):
-    """One matrix-free evidence-and-gradient evaluation at N = 100 000."""
-    import pathlib
-    import tempfile
-
-    from backends.dask.gp_matrix_free import MatrixFreeEvidence
-    from backends.dask.runtime import FitStore
-
-    n, noise = args.n, 0.05
-    X, y = data(n, 20)
-    kernel = 1.0 * RBF(gamma=0.05)
-    path = pathlib.Path(tempfile.mkdtemp()) / "fit.zarr"
-    store = FitStore.prepare(
-        path, X, identity={"bench": "gp"}, chunk_size=4096, client=client
-    )
-    evidence = MatrixFreeEvidence(
-        client, store, X, y, noise, n_probes=args.probes, tol=args.tol, rank=args.rank
-    )
-    start = time.perf_counter()
-    lml, gradient = evidence.evaluate(kernel)
-    elapsed = time.perf_counter() - start
-    floor, _ = floor_seconds(client, n * n)
-    print(
-        f"matrix-free GP N={n}: {evidence.n_iter} CG iterations, {args.probes} probes, "
-        f"{elapsed:.0f} s for evidence and gradient (product floor {floor:.1f} s); "
-        f"log p {lml:.1f} ± {0.5 * evidence.logdet_std_error:.1f}, gradient "
-        f"{np.round(gradient, 1).tolist()} ± "
-        f"{np.round(evidence.gradient_std_error, 1).tolist()}"
-    )
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument(
         "--part",
         default="product",
-        choices=["product", "accuracy", "cg50k", "gp", "nystrom"],
+        choices=["product", "cg50k", "nystrom"],
     )
     parser.add_argument("--n", type=int, default=None)
     parser.add_argument("--m", type=int, default=10000)
     parser.add_argument("--rank", type=int, default=100)
-    parser.add_argument("--probes", type=int, default=10)
-    parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--tol", type=float, default=1e-6)
     parser.add_argument("--max-iter", type=int, default=1000)
     args = parser.parse_args(argv)
     defaults = {
         "product": 10000,
-        "accuracy": 4000,
         "cg50k": 50000,
-        "gp": 100000,
         "nystrom": 1000000,
     }
     args.n = args.n or defaults[args.part]
@@ -315,9 +213,7 @@ def main(argv=None):
     print(f"workers: {len(client.scheduler_info()['workers'])}")
     parts = {
         "product": part_product,
-        "accuracy": part_accuracy,
         "cg50k": part_cg50k,
-        "gp": part_gp,
         "nystrom": part_nystrom,
     }
     parts[args.part](client, args)

@@ -10,8 +10,7 @@ from scipy.linalg import eigh
 
 pytest.importorskip("distributed")
 
-from backends.dask import GaussianProcessRegressor, KernelRidge  # noqa: E402
-from backends.dask import cg  # noqa: E402
+from backends.dask import GaussianProcessRegressor, KernelRidge, cg  # noqa: E402
 from backends.dask import gp_matrix_free as mf  # noqa: E402
 from backends.dask.runtime import FitStore  # noqa: E402
 from kernelref.gp import GaussianProcessRegressor as ReferenceGPR  # noqa: E402

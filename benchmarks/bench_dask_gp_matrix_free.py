@@ -1,0 +1,229 @@
+"""The matrix-free GP (``GaussianProcessRegressor(solver="cg")``) on the embedded cluster.
+
+Parts (``--part``, default ``all``: the three side by side in one run):
+
+- ``accuracy``: evidence and gradient of ``MatrixFreeEvidence`` against the exact
+  ones (dense Cholesky, which the exact path equals to 1e-8) at N = 4000, D = 5,
+  1.0 * RBF(0.2), σ² = 0.05, rank 100, CG tol 1e-6: root-mean-square relative
+  errors over ``--seeds`` probe seeds, by probe count, for Hutchinson and Hutch++.
+- ``rank``: CG iterations against the preconditioner's rank (fixed ranks and
+  ``"auto"``) for the GP's solve (N = 4000, D = 20, 1.0 * RBF(0.05), σ² = 0.05,
+  4 probes) and for ``KernelRidge(solver="cg")`` (same data, λ = 0.1).
+- ``large``: one evidence-and-gradient evaluation at N = 100 000, D = 20
+  (1.0 * RBF(0.05), σ² = ``--noise``, rank "auto", ``--probes`` probes, CG tol
+  ``--tol``), progress printed; CG iterations, probes, time, and the time per
+  streamed product against its floor (N² RBF entries at the per-entry time the
+  workers measure in the same run, split over them).
+
+The machine may be shared: every ratio is of things measured in one run.
+
+Measured on 2026-11-24 (shared 2-core VM, other engineers computing): see the
+figures below, filled in from the runs.
+"""
+
+import argparse
+import pathlib
+import tempfile
+import time
+
+import numpy as np
+
+from backends.dask.cluster import get_client
+from backends.dask.gp_matrix_free import MatrixFreeEvidence
+from backends.dask.runtime import FitStore
+from benchmarks.bench_dask_cg import data, floor_seconds
+from kernelref.gp import GaussianProcessRegressor as ReferenceGPR
+from kernelref.kernels import RBF
+
+
+def fit_store(client, X, name, chunk_size=1024):
+    path = pathlib.Path(tempfile.mkdtemp(prefix="bench-gp-mf-")) / "fit.zarr"
+    return FitStore.prepare(
+        path, X, identity={"bench": name}, chunk_size=chunk_size, client=client
+    )
+
+
+def part_accuracy(client, args):
+    """Relative errors of log p, log|A| and the gradient against the exact ones."""
+    n, noise = 4000, 0.05
+    X, y = data(n, 5)
+    kernel = 1.0 * RBF(gamma=0.2)
+    exact = ReferenceGPR(kernel=kernel, noise=noise, optimizer=None).fit(X, y)
+    lml, gradient = exact.log_marginal_likelihood(kernel.theta, eval_gradient=True)
+    logdet = 2 * np.log(np.diag(exact.L_)).sum() + n * np.log(noise)
+    store = fit_store(client, X, "accuracy")
+    print(
+        f"accuracy, N={n}, D=5, 1.0*RBF(0.2), noise {noise}, rank 100, tol 1e-6: "
+        f"exact log p {lml:.2f}, log|A| {logdet:.2f}, gradient "
+        f"{np.round(gradient, 2).tolist()}; RMS relative error over {args.seeds} seeds"
+    )
+    print(
+        "estimator   probes  CG columns  log p    log|A|   gradient (c, gamma)"
+        "      CG its  s/eval"
+    )
+    for estimator in args.estimators:
+        for m in (4, 16, 64):
+            errors, seconds, iterations = [], [], []
+            for seed in range(args.seeds):
+                evidence = MatrixFreeEvidence(
+                    client,
+                    store,
+                    X,
+                    y,
+                    noise,
+                    n_probes=m,
+                    tol=1e-6,
+                    rank=100,
+                    random_state=seed,
+                    trace_estimator=estimator,
+                    resume=False,
+                )
+                start = time.perf_counter()
+                lml_mf, gradient_mf = evidence.evaluate(kernel)
+                seconds.append(time.perf_counter() - start)
+                iterations.append(evidence.n_iter)
+                errors.append(
+                    [
+                        abs(lml_mf - lml) / abs(lml),
+                        abs(evidence.logdet - logdet) / abs(logdet),
+                        *np.abs(gradient_mf - gradient) / np.abs(gradient),
+                    ]
+                )
+            e = np.sqrt(np.mean(np.square(errors), axis=0))
+            print(
+                f"{estimator:10s}  {m:6d}  {evidence.n_columns:10d}  {e[0]:.1e}  "
+                f"{e[1]:.1e}  {e[2]:.1e}, {e[3]:.1e}  {np.mean(iterations):14.0f}  "
+                f"{np.mean(seconds):6.1f}",
+                flush=True,
+            )
+
+
+def part_rank(client, args):
+    """CG iterations against the preconditioner's rank, GP and kernel ridge."""
+    from backends.dask import KernelRidge
+
+    n, noise = 4000, 0.05
+    X, y = data(n, 20)
+    kernel = 1.0 * RBF(gamma=0.05)
+    store = fit_store(client, X, "rank")
+    print(f"rank, N={n}, D=20, RBF(0.05): GP noise {noise} (4 probes), ridge lam 0.1")
+    print("rank      GP rank  GP CG its  GP s   ridge rank  ridge CG its  ridge s")
+    for rank in (25, 50, 100, 200, 400, "auto"):
+        evidence = MatrixFreeEvidence(
+            client, store, X, y, noise, n_probes=4, rank=rank, resume=False
+        )
+        start = time.perf_counter()
+        evidence.evaluate(kernel, eval_gradient=False)
+        gp_seconds = time.perf_counter() - start
+        start = time.perf_counter()
+        ridge = KernelRidge(
+            lam=0.1,
+            gamma=0.05,
+            solver="cg",
+            rank=rank,
+            tol=1e-6,
+            chunk_size=1024,
+            progress=False,
+        ).fit(X, y)
+        ridge_seconds = time.perf_counter() - start
+        print(
+            f"{str(rank):8s}  {evidence.rank_:7d}  {evidence.n_iter:9d}  "
+            f"{gp_seconds:4.0f}   {ridge.preconditioner_rank_:10d}  "
+            f"{ridge.n_iter_:12d}  {ridge_seconds:7.0f}",
+            flush=True,
+        )
+
+
+def part_large(client, args):
+    """One evidence-and-gradient evaluation at N = 100 000."""
+    n, noise = args.n, args.noise
+    X, y = data(n, 20)
+    kernel = 1.0 * RBF(gamma=0.05)
+    store = fit_store(client, X, "large", chunk_size=4096)
+    records = []
+
+    def report(record):
+        records.append(record.elapsed)
+        if record.iteration % 5 == 0:
+            print(
+                f"  CG iteration {record.iteration}: residual {record.measure:.2e}, "
+                f"{record.elapsed:.0f} s",
+                flush=True,
+            )
+
+    evidence = MatrixFreeEvidence(
+        client,
+        store,
+        X,
+        y,
+        noise,
+        n_probes=args.probes,
+        tol=args.tol,
+        rank="auto",
+        trace_estimator=args.estimator,
+        progress=report,
+        resume=False,
+    )
+    print(
+        f"large, N={n}, D=20, 1.0*RBF(0.05), noise {noise}, {args.probes} probes "
+        f"({args.estimator}), rank auto, tol {args.tol}",
+        flush=True,
+    )
+    start = time.perf_counter()
+    lml, gradient = evidence.evaluate(kernel)
+    elapsed = time.perf_counter() - start
+    floor, per_entry = floor_seconds(client, n * n)
+    per_product = float(np.median(np.diff(records)))
+    parts = ", ".join(f"{k} {v:.0f} s" for k, v in evidence.seconds.items())
+    rates = ", ".join(f"{1e9 * s:.2f}" for s in per_entry.values())
+    print(
+        f"matrix-free GP N={n}: {evidence.n_iter} CG iterations on "
+        f"{evidence.n_columns} columns (1 target + {args.probes} probes), "
+        f"preconditioner rank {evidence.rank_}; {elapsed:.0f} s for evidence and "
+        f"gradient ({parts})"
+    )
+    print(
+        f"  time per streamed product {per_product:.1f} s against a floor of "
+        f"{floor:.1f} s (ns/entry per worker: {rates}): ratio {per_product / floor:.2f}"
+    )
+    print(
+        f"  log p {lml:.1f} ± {0.5 * evidence.logdet_std_error:.1f}, gradient "
+        f"{np.round(gradient, 1).tolist()} ± "
+        f"{np.round(evidence.gradient_std_error, 1).tolist()}"
+    )
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument(
+        "--part", default="all", choices=["all", "accuracy", "rank", "large"]
+    )
+    parser.add_argument("--n", type=int, default=100000)
+    parser.add_argument("--noise", type=float, default=0.1)
+    parser.add_argument("--probes", type=int, default=8)
+    parser.add_argument("--tol", type=float, default=1e-4)
+    parser.add_argument("--seeds", type=int, default=4)
+    parser.add_argument(
+        "--estimator",
+        default="hutchinson",
+        choices=["hutchinson", "hutch++"],
+        help="trace estimator of the large part",
+    )
+    parser.add_argument(
+        "--estimators",
+        nargs="+",
+        default=["hutchinson", "hutch++"],
+        choices=["hutchinson", "hutch++"],
+        help="trace estimators of the accuracy part",
+    )
+    args = parser.parse_args(argv)
+    client = get_client()
+    print(f"workers: {len(client.scheduler_info()['workers'])}", flush=True)
+    parts = {"accuracy": part_accuracy, "rank": part_rank, "large": part_large}
+    for name, part in parts.items():
+        if args.part in ("all", name):
+            part(client, args)
+
+
+if __name__ == "__main__":
+    main()
