@@ -46,10 +46,14 @@ test: $(STAMP) chromium
 
 # The whole book as one PDF (not part of `make test`): a single-page HTML build,
 # printed by headless Chromium once MathJax has typeset it. Offline, like the book.
+# The single page is written as book/intro.html (the root document's name) but its
+# links are relative to the build's root, where _static and _images are, and
+# index.html only redirects to it: a copy at the root is what gets printed.
 pdf: $(STAMP) chromium
 	rm -rf _build/singlehtml
 	$(VENV)/bin/jupyter-book build . --builder singlehtml -W -n --keep-going
-	$(PY) tests/book/chromium.py _build/singlehtml/index.html _build/kernelref.pdf
+	cp _build/singlehtml/book/intro.html _build/singlehtml/kernelref.html
+	$(PY) tests/book/chromium.py _build/singlehtml/kernelref.html _build/kernelref.pdf
 
 bench: $(STAMP)
 	$(PY) -m benchmarks

@@ -164,6 +164,31 @@ class Chromium:
             shutil.rmtree(self.profile, ignore_errors=True)
 
 
+# Waits for MathJax (its script is deferred, so it may still be loading when the
+# load event fires) and the fonts, folds the cells, and reports what would print
+# wrongly: math left as TeX, images that did not load.
+PREPARE_FOR_PRINT = r"""
+(async () => {
+  for (let i = 0; i < 600 && !(window.MathJax && MathJax.startup); i++) {
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  const problems = [];
+  if (window.MathJax && MathJax.startup) {
+    await MathJax.startup.promise;
+  } else if (document.querySelector('div.math, span.math')) {
+    problems.push('MathJax did not load, the equations would print as TeX');
+  }
+  await document.fonts.ready;
+  document.querySelectorAll('details').forEach((d) => { d.open = false; });
+  const raw = document.querySelectorAll('div.math:not(:has(mjx-container))').length;
+  if (raw) problems.push(`${raw} display equations were not typeset`);
+  const broken = [...document.images].filter((i) => !(i.complete && i.naturalWidth));
+  if (broken.length) problems.push(`${broken.length} images did not load`);
+  return problems;
+})()
+"""
+
+
 def print_to_pdf(html, pdf, executable=None):
     """Print a built page (MathJax typeset first) to a PDF file: ``make pdf``."""
     import base64
@@ -174,12 +199,9 @@ def print_to_pdf(html, pdf, executable=None):
     browser = Chromium(executable, timeout=600)
     try:
         browser.open(Path(html).resolve().as_uri())
-        browser.evaluate(
-            "(async () => { if (window.MathJax && MathJax.startup) "
-            "await MathJax.startup.promise; await document.fonts.ready; "
-            "document.querySelectorAll('details').forEach((d) => { d.open = false; }); "
-            "})()"
-        )
+        problems = browser.evaluate(PREPARE_FOR_PRINT)
+        if problems:
+            raise SystemExit(f"{html} is not ready to print: {'; '.join(problems)}")
         data = browser.call(
             "Page.printToPDF",
             printBackground=True,

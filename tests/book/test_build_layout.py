@@ -9,7 +9,8 @@ scroll bar (with the equation number drawn over it).
 At 1400 px every equation, code block, printed output and table must fit. On a
 phone (390 px) every display equation must fit too: a long one is split over
 lines (``aligned``/``gathered``), never left to scroll sideways, and its number
-must not be drawn over it. Code may scroll on a phone (88 characters cannot fit
+must not be drawn over it; so must every inline formula, which the browser cannot
+break (a long one is written as pieces, ``$a$ ${} = b$``, that can). Code may scroll on a phone (88 characters cannot fit
 390 px). No equation may be a TeX error, which MathJax would draw in red.
 
 Chromium comes from Debian's ``chromium`` package, which ``make install``
@@ -67,6 +68,20 @@ MEASURE = r"""
       client: el.clientWidth,
       scrolls: ['auto', 'scroll'].includes(getComputedStyle(el).overflowX),
       covered: eqno !== null && el !== math && overlap(eqno, el),
+    });
+  });
+  // inline formulas cannot be split by the browser: each must fit its paragraph
+  const doc = window.MathJax && MathJax.startup && MathJax.startup.document;
+  main.querySelectorAll('mjx-container:not([display="true"])').forEach((m, i) => {
+    if (m.closest('table')) return;
+    const block = m.parentElement.closest('p, li, dd, dt, div, caption, figcaption');
+    const items = doc ? doc.getMathItemsWithin(m) : [];
+    records.push({
+      kind: 'inline math',
+      name: items.length ? items[0].math.replace(/\s+/g, ' ').slice(0, 70) : `#${i + 1}`,
+      section: section(m),
+      scroll: Math.ceil(m.getBoundingClientRect().width),
+      client: block ? block.clientWidth : 0,
     });
   });
   main.querySelectorAll('div.highlight pre').forEach((el) => {
@@ -150,7 +165,7 @@ def measured(book_html):
 def test_the_measurement_sees_equations_and_code(measured):
     records = [r for page in measured[DESKTOP].values() for r in page]
     kinds = {r["kind"] for r in records}
-    assert {"equation", "code cell", "code block"} <= kinds, kinds
+    assert {"equation", "inline math", "code cell", "code block"} <= kinds, kinds
     numbered = [r for r in records if r["kind"] == "equation" and r["name"][0] == "("]
     assert len(numbered) > 100, "fewer numbered equations than the book has"
     assert all(r["client"] > 0 for r in records if r["kind"] == "equation")
@@ -169,7 +184,8 @@ def test_a_wide_element_is_reported(tmp_path):
         + "a"
         * 200
         + "</pre></div><div class='math'><mjx-merror>\\frac{</mjx-merror></div>"
-        "</section></main>"
+        "<p style='width:300px'>a <mjx-container style='display:inline-block;"
+        "width:400px'>x</mjx-container></p></section></main>"
     )
     browser = Chromium(executable)
     try:
@@ -187,6 +203,8 @@ def test_a_wide_element_is_reported(tmp_path):
     assert wide[0]["scrolls"]
     errors = [r["error"] for r in records if r["kind"] == "equation"]
     assert errors == [False, True]
+    inline = overflows(records, {"inline math"})
+    assert [(r["scroll"], r["client"]) for r in inline] == [(400, 300)]
     covered = dict(records[0], scroll=0, covered=True)
     assert unreadable_on_a_phone([covered]) == [covered]
 
@@ -196,7 +214,8 @@ def test_equations_and_code_fit_the_column_at_1400_px(measured):
         describe(page, r)
         for page, records in measured[DESKTOP].items()
         for r in overflows(
-            records, {"equation", "code cell", "code block", "output", "table"}
+            records,
+            {"equation", "inline math", "code cell", "code block", "output", "table"},
         )
     ]
     assert not problems, f"{len(problems)} elements overflow:\n" + "\n".join(problems)
@@ -221,6 +240,16 @@ def test_equations_fit_a_phone_and_keep_their_number_clear(measured):
         for r in unreadable_on_a_phone(records)
     ]
     assert not problems, f"{len(problems)} equations:\n" + "\n".join(problems)
+
+
+def test_inline_formulas_fit_a_phone(measured):
+    """An inline formula wider than its paragraph at 390 px would run off the page."""
+    problems = [
+        describe(page, r)
+        for page, records in measured[PHONE].items()
+        for r in overflows(records, {"inline math"})
+    ]
+    assert not problems, f"{len(problems)} inline formulas:\n" + "\n".join(problems)
 
 
 def test_no_equation_is_a_tex_error(measured):
