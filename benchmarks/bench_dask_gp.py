@@ -53,6 +53,16 @@ def data(n, d, seed=0):
     return X, np.sin(X[:, 0]) + 0.1 * rng.normal(size=n)
 
 
+def bracket(name, seconds, flops, R_before, R_after):
+    """The ratio against the mean of the rates measured just before and after a
+    phase: on a shared machine the rate changes with the others' load."""
+    R = 0.5 * (R_before + R_after)
+    print(
+        f"    ({name}: R before {R_before / 1e9:.1f}, after {R_after / 1e9:.1f} "
+        f"GFLOP/s; ratio at their mean {seconds * R / flops:.2f})"
+    )
+
+
 def timed(f, *args):
     start = time.perf_counter()
     value = f(*args)
@@ -135,19 +145,23 @@ def main(argv=None):
             progress=False,
         )
         _, t_fit = timed(lambda: gp.fit(X, y))
+        R_after = product_rate(client, b)
         floor_fit = n**3 / 3 / R
         print(
             f"  fit with evidence   {t_fit:8.1f} s   floor N³/3 at R {floor_fit:8.1f} s   "
             f"ratio {t_fit / floor_fit:.2f} (target <= 1.5)"
         )
+        bracket("fit", t_fit, n**3 / 3, R, R_after)
         theta = gp.kernel_.theta + 0.05
         # a new θ: the factor, α, the evidence and the gradient's inverse, all timed
         _, t_total = timed(lambda: gp.log_marginal_likelihood(theta, True))
+        R_end = product_rate(client, b)
         floor_grad = n**3 / R
         print(
             f"  evidence + gradient {t_total:8.1f} s   floor N³ at R   {floor_grad:8.1f} s   "
             f"ratio {t_total / floor_grad:.2f} (target <= 1.5)"
         )
+        bracket("evidence + gradient", t_total, n**3, R_after, R_end)
         if not args.no_left:
             store = FitStore.prepare(
                 f"{tmp}/order", X, identity={"bench": 1}, chunk_size=b, client=client
