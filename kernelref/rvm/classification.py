@@ -434,9 +434,9 @@ class RVC(ClassifierMixin, BaseEstimator):
         """Find the mode and the α that maximise the Laplace evidence; keep the
         relevance vectors."""
         X, classes, y_index, kernel = self._validate(X, y)
-        Phi, usable = self._design(kernel, X)
         for name in [name for name in vars(self) if name.endswith("_")]:
             delattr(self, name)  # nothing stale from an earlier fit
+        Phi, usable = self._design(kernel, X)
         self.classes_, self.kernel_ = classes, kernel
         record_n_features(self, X)
         self._X = X
@@ -498,8 +498,8 @@ class RVC(ClassifierMixin, BaseEstimator):
         """How `fast_classifier` forms each Gaussian approximation (None: dense)."""
         return None
 
-    def _driver(self):
-        """What runs each approximation's `FastLoop` (`run_to_end`)."""
+    def _driver(self, Phi):
+        """What runs each approximation's `FastLoop` on Φ (`run_to_end`)."""
         return run_to_end
 
     def _run(self, Phi, t, likelihood):
@@ -512,7 +512,7 @@ class RVC(ClassifierMixin, BaseEstimator):
                 tol=self.tol,
                 alignment_max=self.alignment_max,
                 approximation=self._approximation(),
-                drive=self._driver(),
+                drive=self._driver(Phi),
             )
         else:
             result = reestimate_classifier(

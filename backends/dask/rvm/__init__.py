@@ -2,6 +2,7 @@
 candidates' kernel columns streamed (``design``), its loop on the shared runtime
 (``loop``), and the reference's estimators around it."""
 
+from backends.dask.rvm.classification import RVC
 from backends.dask.rvm.regression import RVR
 
-__all__ = ["RVR"]
+__all__ = ["RVC", "RVR"]

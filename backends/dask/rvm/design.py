@@ -18,6 +18,8 @@ of tasks, one per chunk of candidates, each forming its N × c kernel block
 in pieces in a reused buffer and returning only its c entries.
 """
 
+import copy
+
 import numpy as np
 
 from backends.dask.blocks import kernel_block, product_rows, reusable_buffer
@@ -63,30 +65,48 @@ class StreamedDesign:
     """Φ̃ = diag(b) [1 | k(X, X)] diag(1/c), never formed (see the module).
 
     ``X`` is on the client and, for the tasks, in the fit ``store``; ``shift``
-    centres it for a stationary kernel; ``weights`` are b (None: 1). The norms
-    c come from one pass at construction (``scales``; 0 marks a zero column,
-    which stays zero); ``passes`` counts the streamed passes so far.
+    centres it for a stationary kernel. The norms c come from one pass at
+    construction (``scales``; 0 marks a zero column, which stays zero), or are
+    1 with ``unit=False``; `reweighted` gives the design for row weights b.
     """
 
     __array_ufunc__ = None  # so that v @ design calls __rmatmul__
 
-    def __init__(self, X, shift, kernel, bias, store, client, weights=None):
+    def __init__(self, X, shift, kernel, bias, store, client, unit=True):
         self.X, self.shift, self.kernel, self.bias = X - shift, shift, kernel, bias
         self.store, self.client = store, client
-        self.weights = np.ones(len(X)) if weights is None else np.asarray(weights)
+        self.weights = np.ones(len(X))
         self.offset = 1 if bias else 0
-        self.passes = 0
-        self.scales = self._norms()
+        self.counts = {"passes": 0}
+        self._set_scales(unit)
+
+    def _set_scales(self, unit):
+        """c from one pass if ``unit``, else 1 (Φ itself)."""
+        self.scales = self._norms() if unit else np.ones(self.shape[1])
         self._inverse = np.where(
             self.scales > 0, 1 / np.maximum(self.scales, 1e-300), 0
         )
+
+    @property
+    def passes(self):
+        """Streamed passes over the kernel so far, by this design and its
+        `reweighted` copies."""
+        return self.counts["passes"]
+
+    def reweighted(self, weights):
+        """diag(b)Φ on unit columns, for the row weights b (the classifier's
+        B^½, label ``rvc-linearised-target``): one pass for the norms."""
+        other = copy.copy(self)
+        other.weights = np.asarray(weights, dtype=float)
+        other._set_scales(True)
+        return other
 
     @property
     def shape(self):
         return (len(self.X), len(self.X) + self.offset)
 
     def _round(self, func, *args):
-        self.passes += 1
+        self.counts["passes"] += 1
         parts = map_chunks(self.client, func, self.store.x_ref, self.kernel, *args)
         return np.concatenate(parts, axis=-1)
 

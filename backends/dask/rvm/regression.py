@@ -18,85 +18,15 @@ What is kept where:
 - fit store: X and t, and the checkpoint of each run.
 """
 
-import numpy as np
-
-from backends.dask.cluster import get_client
-from backends.dask.gram_store import kernel_spec
-from backends.dask.runtime import FitStore
+from backends.dask.rvm.common import check_backend_args, materialise, open_store
 from backends.dask.rvm.design import StreamedDesign
 from backends.dask.rvm.loop import checkpointed_driver
 from backends.dask.svm.estimators import centring_shift
-from kernelref._validation import check_integer
 from kernelref.rvm import RVR as ReferenceRVR
 from kernelref.rvm.fast import ALIGNMENT_MAX, fast_schedule, on_user_scale
 from kernelref.rvm.regression import ALPHA_MAX
 
-__all__ = ["RVR", "check_backend_args", "identity"]
-
-#: Arguments that change how a fit runs, not what it computes.
-OPERATIONAL = ("store", "address", "progress", "resume", "chunk_size")
-
-
-def check_backend_args(estimator):
-    """Refuse bad backend arguments before any work starts, naming the fix."""
-    if isinstance(estimator.kernel, str) and estimator.kernel == "precomputed":
-        raise ValueError(
-            f"backends.dask.{type(estimator).__name__} does not take "
-            "kernel='precomputed': a precomputed kernel matrix is already in memory, "
-            f"so fit it with kernelref.rvm.{type(estimator).__name__}."
-        )
-    if estimator.method != "fast":
-        raise ValueError(
-            f"backends.dask.{type(estimator).__name__} runs method='fast' only; got "
-            f"method={estimator.method!r}. Re-estimation updates all N α at once at "
-            "O(N³) per iteration: use kernelref.rvm for it on small data."
-        )
-    check_integer(estimator.chunk_size, "chunk_size", meaning="It is rows per task.")
-    store = estimator.store
-    if (
-        store is not None
-        and not isinstance(store, str)
-        and not hasattr(store, "__fspath__")
-    ):
-        raise TypeError(f"store must be a directory path or None; got {store!r}.")
-    if not isinstance(estimator.resume, (bool, np.bool_)):
-        raise TypeError(f"resume must be True or False; got {estimator.resume!r}.")
-    progress = estimator.progress
-    if not (progress is None or isinstance(progress, bool) or callable(progress)):
-        raise TypeError(
-            "progress must be None (a bar on a terminal), False or a callable "
-            f"receiving a Record; got {progress!r}."
-        )
-    if estimator.address is not None and not isinstance(estimator.address, str):
-        raise TypeError(
-            f"address must be a scheduler address or None; got {estimator.address!r}."
-        )
-
-
-def identity(estimator):
-    """What a fit store records of the fit: the estimator, the arguments that
-    change the result, and the kernel."""
-    params = {
-        k: v
-        for k, v in estimator.get_params(deep=False).items()
-        if k not in OPERATIONAL
-    }
-    params["kernel"] = params["kernel"] if isinstance(params["kernel"], str) else ""
-    return {
-        "estimator": type(estimator).__name__,
-        "params": {k: repr(v) for k, v in sorted(params.items())},
-        "kernel": kernel_spec(estimator.kernel_),
-    }
-
-
-def _materialise(X):
-    """A numpy copy of numpy, Zarr or dask input (X of N × D fits the client)."""
-    module = type(X).__module__
-    if module.startswith("dask.array"):
-        return np.asarray(X.compute())
-    if module.startswith("zarr"):
-        return np.asarray(X[...])
-    return X
+__all__ = ["RVR"]
 
 
 class RVR(ReferenceRVR):
@@ -169,30 +99,15 @@ class RVR(ReferenceRVR):
         check_backend_args(self)
         self._X_input = X
         try:
-            return super().fit(_materialise(X), y)
+            return super().fit(materialise(X), y)
         finally:
             del self._X_input
 
     def _fit_fast(self, X, t):
-        client = get_client(self.address)
-        store = FitStore.prepare(
-            self.store,
-            self._X_input,
-            arrays={"t": t},
-            identity=identity(self),
-            chunk_size=self.chunk_size,
-            client=client,
-        )
-        self.store_ = None if store.is_temporary else str(store.path)
+        store, client = open_store(self, self._X_input, t, self.kernel_)
         try:
-            Phi = StreamedDesign(
-                X,
-                centring_shift(self.kernel_, X),
-                self.kernel_,
-                self.bias,
-                store,
-                client,
-            )
+            shift = centring_shift(self.kernel_, X)
+            Phi = StreamedDesign(X, shift, self.kernel_, self.bias, store, client)
             drive = checkpointed_driver(
                 store, progress=self.progress, resume=self.resume, prefix="rvr-"
             )
