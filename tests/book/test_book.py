@@ -75,6 +75,23 @@ def test_every_labelled_equation_is_followed_by_a_check(source):
     )
 
 
+# `({eq}`label`)` prints as ((3.2)): the reference brings its own parentheses.
+PARENTHESISED_REFERENCE = re.compile(
+    r"\(\s*\{eq\}`[^`]+`(?:\s*(?:,|and|to|or|–)\s*\{eq\}`[^`]+`)*\s*\)"
+)
+
+
+def test_the_parenthesised_reference_check_sees_one():
+    assert PARENTHESISED_REFERENCE.search("as in ({eq}`a` to {eq}`b`), so")
+    assert not PARENTHESISED_REFERENCE.search("(the dual {eq}`a`) and {eq}`b`")
+
+
+@pytest.mark.parametrize("source", chapter_sources(), ids=lambda p: p.name)
+def test_no_equation_reference_in_parentheses_of_its_own(source):
+    found = PARENTHESISED_REFERENCE.findall(source.read_text(encoding="utf8"))
+    assert not found, f"{source.name}: {found} would print doubled parentheses"
+
+
 def log_tail(completed):
     return "\n".join(
         (completed.stdout + completed.stderr).splitlines()[-LOG_TAIL_LINES:]
