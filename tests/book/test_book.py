@@ -75,6 +75,37 @@ def test_every_labelled_equation_is_followed_by_a_check(source):
     )
 
 
+def equations_without_a_stated_number(text):
+    """Labels of displayed equations whose prose, up to the next labelled equation,
+    quotes no glued number: the check ran, but the reader is not told what it found."""
+    labels = list(LABELLED_EQUATION.finditer(text))
+    missing = []
+    for i, label in enumerate(labels):
+        end = labels[i + 1].start() if i + 1 < len(labels) else len(text)
+        prose = CODE_CELL.sub("", text[label.end() : end])
+        if "{glue:" not in prose:
+            missing.append(label.group(1))
+    return missing
+
+
+def test_stated_number_check_sees_a_missing_number():
+    page = (
+        "$$\na = b\n$$ (first)\n\n```{code-cell} ipython3\nglue('x', 1)\n```\n"
+        "Agree to {glue:text}`x`.\n$$\nc = d\n$$ (second)\n\n"
+        "```{code-cell} ipython3\nassert 1 == 1 # {glue:text}`y`\n```\nThey agree.\n"
+    )
+    assert equations_without_a_stated_number(page) == ["second"]
+
+
+@pytest.mark.parametrize("source", chapter_sources(), ids=lambda p: p.name)
+def test_every_check_states_its_measured_number(source):
+    missing = equations_without_a_stated_number(source.read_text(encoding="utf8"))
+    assert not missing, (
+        f"{source.name}: the prose after the equations {missing} quotes no measured "
+        "number; glue what the check measured and cite it with {glue:text}."
+    )
+
+
 # `({eq}`label`)` prints as ((3.2)): the reference brings its own parentheses.
 PARENTHESISED_REFERENCE = re.compile(
     r"\(\s*\{eq\}`[^`]+`(?:\s*(?:,|and|to|or|–)\s*\{eq\}`[^`]+`)*\s*\)"
