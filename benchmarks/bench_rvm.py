@@ -114,6 +114,13 @@ def main(argv=None):
         "--n-large", type=int, default=2000, help="N of the large sinc runs"
     )
     parser.add_argument("--skip-large", action="store_true")
+    parser.add_argument(
+        "--svc-n",
+        type=int,
+        nargs="*",
+        default=[10000, 20000],
+        help="N of the SVC-against-libsvm check run in the same process (none: skip)",
+    )
     args = parser.parse_args(argv)
     EMRVR = em_peer()
     print(
@@ -156,13 +163,22 @@ def main(argv=None):
         f"worst evidence gap {gaps.min():+.2f} nats"
     )
 
-    if args.skip_large:
-        return
+    if not args.skip_large:
+        large_sinc(args.n_large)
+    if args.svc_n:
+        from benchmarks import bench_svm
+
+        print("SVC against libsvm in the same run (issue 15: ratio <= 1.0):")
+        bench_svm.main(["--n", *map(str, args.svc_n), "--sparse-n", "0"])
+
+
+def large_sinc(n_large):
+    """Sinc at N = n_large, γ = 1/18 and 0.25: the default against re-estimation."""
     print(
-        f"RVR on sinc, N={args.n_large}, noise 0.1, seed 0: default against re-estimation "
+        f"RVR on sinc, N={n_large}, noise 0.1, seed 0: default against re-estimation "
         "(10000 iterations at most)"
     )
-    X, t = sinc_data(args.n_large, 0)
+    X, t = sinc_data(n_large, 0)
     for gamma in (SINC_GAMMA, 0.25):
         fast, t_fast, _ = timed_fit(RVR(gamma=gamma), X, t)
         slow, t_slow, slow_ok = timed_fit(RVR(gamma=gamma, method="reestimate"), X, t)
