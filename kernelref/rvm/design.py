@@ -62,8 +62,7 @@ def check_evidence_settings(estimator):
     ):
         raise ValueError(
             f"alignment_max must be a cosine in (0, 1]; got {estimator.alignment_max!r}. "
-            "Use 1 - 1e-5 (the default), 1 - 1e-3 (SparseBayes's) or 1.0 to turn "
-            "the test off."
+            "Use 1 - 1e-3 (SparseBayes's default) or 1.0 to turn the test off."
         )
 
 

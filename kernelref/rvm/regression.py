@@ -80,13 +80,11 @@ class RVR(RegressorMixin, BaseEstimator):
     alignment_max : float
         For 'fast': a candidate whose basis function has cosine above this with
         one already in the model is not added (SparseBayes's basis alignment
-        test; default 1 − 1e-5, SparseBayes uses 1 − 1e-3, which on densely
-        sampled data keeps relevance vectors from the centres the evidence
-        prefers; see ``kernelref.rvm.fast.ALIGNMENT_MAX``). 1.0 turns the test
-        off; the algorithm stays stable without it, since candidates
-        (numerically) inside the span of the model are refused anyway, and may
-        find a higher evidence at the price of more iterations (see the
-        fast-algorithm chapter).
+        test, default 1 − 1e-3; see ``kernelref.rvm.fast.ALIGNMENT_MAX``). 1.0
+        turns the test off; the algorithm stays stable without it, since
+        candidates (numerically) inside the span of the model are refused
+        anyway, and may find a higher evidence at the price of more iterations
+        (see the fast-algorithm chapter).
     beta_schedule : {'auto', 'both', 'update', 'hold'}
         For 'fast': learn the noise from the first iterations (SparseBayes,
         'update'), only once the α have settled at the starting noise level
