@@ -217,8 +217,7 @@ class GaussianProcessClassifier(ClusterFitMixin, ReferenceClassifier):
         with fit:
             super()._fit_binary(kernel, X, t)
         self._x_ref, self.store_ = fit.store.x_ref, str(fit.store.path)
-        self.n_evaluations_ = self._fit.n_computed
-        self.n_resumed_ = self._fit.n_resumed
+        self.n_evaluations_, self.n_resumed_ = fit.n_computed, fit.n_resumed
 
     def fit(self, X, y):
         """The reference's fit, with one cluster fit per binary problem."""
