@@ -19,6 +19,7 @@ in pieces in a reused buffer and returning only its c entries.
 """
 
 import copy
+import time
 
 import numpy as np
 
@@ -77,7 +78,7 @@ class StreamedDesign:
         self.store, self.client = store, client
         self.weights = np.ones(len(X))
         self.offset = 1 if bias else 0
-        self.counts = {"passes": 0}
+        self.counts = {"passes": 0, "pass_seconds": 0.0}
         self._set_scales(unit)
 
     def _set_scales(self, unit):
@@ -86,12 +87,6 @@ class StreamedDesign:
         self._inverse = np.where(
             self.scales > 0, 1 / np.maximum(self.scales, 1e-300), 0
         )
-
-    @property
-    def passes(self):
-        """Streamed passes over the kernel so far, by this design and its
-        `reweighted` copies."""
-        return self.counts["passes"]
 
     def reweighted(self, weights):
         """diag(b)Φ on unit columns, for the row weights b (the classifier's
@@ -106,8 +101,10 @@ class StreamedDesign:
         return (len(self.X), len(self.X) + self.offset)
 
     def _round(self, func, *args):
-        self.counts["passes"] += 1
+        tick = time.perf_counter()
         parts = map_chunks(self.client, func, self.store.x_ref, self.kernel, *args)
+        self.counts["passes"] += 1
+        self.counts["pass_seconds"] += time.perf_counter() - tick
         return np.concatenate(parts, axis=-1)
 
     def _norms(self):

@@ -53,7 +53,7 @@ class RVR(ReferenceRVR):
     Attributes
     ----------
     As ``kernelref.rvm.RVR``, and ``fit_info_``: the streamed passes over the
-    kernel (``passes``) and ``store_``, the fit store's path (None if
+    kernel (``passes``) and the seconds they took (``pass_seconds``); ``store_``, the fit store's path (None if
     temporary).
     """
 
@@ -123,5 +123,5 @@ class RVR(ReferenceRVR):
             )
         finally:
             store.remove_if_temporary()
-        self.fit_info_ = {"passes": Phi.passes}
+        self.fit_info_ = Phi.counts
         return on_user_scale(result, Phi.scales)
