@@ -370,9 +370,11 @@ class ConjugateGradients:
         k = self.T.shape[1]
         if self.X0 is None:
             X, R = np.zeros_like(self.T), self.T.copy()
-        else:
+        else:  # a product only with the columns that have a start
             X = np.array(self.X0, dtype=np.float64).reshape(self.T.shape)
-            R = self.T - self.apply(X)
+            R, started = self.T.copy(), np.flatnonzero(X.any(axis=0))
+            if len(started):
+                R[:, started] -= self.apply(X[:, started])
         state = {
             "X": X,
             "n_iter": 0,

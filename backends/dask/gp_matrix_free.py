@@ -38,15 +38,25 @@ relative errors over four probe seeds (``benchmarks/bench_dask_gp_matrix_free.py
 --part accuracy``, 2026-11-24, shared machine; ~80 CG iterations each):
 
     estimator    probes  CG columns  log p    log|A|   ∂/∂log c  ∂/∂log γ  s/eval
-    hutchinson      4         5      1.5e-2   3.3e-3   3.0e-2    6.1e-2     17
-    hutchinson     16        17      6.4e-3   1.4e-3   1.2e-2    1.3e-2     23
-    hutchinson     64        65      5.2e-3   1.1e-3   1.4e-2    2.3e-2     66
+    hutchinson      4          5      1.5e-2   3.3e-3   3.0e-2    6.1e-2       17
+    hutchinson     16         17      6.4e-3   1.4e-3   1.2e-2    1.3e-2       23
+    hutchinson     64         65      5.2e-3   1.1e-3   1.4e-2    2.3e-2       66
+    hutch++         4          7      1.5e-2   3.3e-3   2.9e-2    5.9e-2       95
+    hutch++        16         27      6.4e-3   1.4e-3   1.1e-2    1.4e-2      148
+    hutch++        64        107      5.2e-3   1.1e-3   1.6e-2    2.0e-2      301
 
 The error is random, of the order of the standard errors that ``evaluate``
-reports (``logdet_std_error``, ``gradient_std_error``). From 4 to 16 probes
-it falls about as 1/√probes; from 16 to 64 it fell little in these four
-seeds (an RMS over four seeds is itself uncertain by about a third). Exact values: log p = 1136.11, log|A| = −10560.26, gradient (−164.47, −517.50);
-the time per evaluation (s/eval) is on a loaded machine.
+reports (``logdet_std_error``, ``gradient_std_error``), and falls as 1/√probes
+up to the noise of a four-seed RMS (itself uncertain by about a third): with
+64 probes log|A|'s standard error is about 8 (8e-4 relative), and the four
+seeds' errors were +9.7, −18.5, −3.1 and +10.5 (a dense check, the same
+probes, CG to 1e-6 and to 1e-10 alike: no bias beyond the probes' noise).
+Both estimators use the same probes for log|A|, so they differ in the
+gradient only; Hutch++ gains nothing here, for it deflates a spectrum the
+preconditioned probes have already flattened. Exact values: log p = 1136.11,
+log|A| = −10560.26, gradient (−164.47, −517.50). The seconds per evaluation
+are on a loaded machine, the Hutch++ rows in a later run under about twice
+the load, so compare them only within a row group.
 
 Supported kernels: ``RBF`` and ``c * RBF`` (``Scaled``), whose derivative
 tiles are elementwise maps of the kernel tile: ∂K/∂log c = K and
@@ -324,8 +334,9 @@ class MatrixFreeEvidence:
         self.seconds["sketch"] = time.perf_counter() - clock
         clock = time.perf_counter()
         T = np.column_stack([t, Z, Q_right])
-        X0 = np.zeros_like(T)
+        X0 = None  # no product to start with unless α is warm started
         if self.alpha is not None:
+            X0 = np.zeros_like(T)
             X0[:, 0] = self.alpha
         solver, state = self._solve(kernel, T, M_inv, X0)
         result = solver.result(state, T.shape, stacklevel=3)
