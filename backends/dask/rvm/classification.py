@@ -22,6 +22,7 @@ import numpy as np
 from backends.dask.rvm.common import check_backend_args, materialise, open_store
 from backends.dask.rvm.design import StreamedDesign
 from backends.dask.rvm.loop import checkpointed_driver
+from backends.dask.rvm.tasks import clear_cache
 from backends.dask.svm.estimators import centring_shift
 from kernelref.rvm import RVC as ReferenceRVC
 from kernelref.rvm.classification import BERNOULLI
@@ -49,7 +50,7 @@ class RVC(ReferenceRVC):
         As in ``kernelref.rvm.RVC``; ``method`` must be 'fast'.
     multi_class : {'ovr'}
         One binary machine per class; 'softmax' is refused (see the module).
-    store, chunk_size, address, progress, resume
+    store, chunk_size, address, progress, resume, cache_size
         As in ``backends.dask.RVR``; the progress records come per iteration
         of each approximation's sequential algorithm.
     """
@@ -72,6 +73,7 @@ class RVC(ReferenceRVC):
         address=None,
         progress=None,
         resume=True,
+        cache_size=1024,
     ):
         super().__init__(
             kernel=kernel,
@@ -87,7 +89,7 @@ class RVC(ReferenceRVC):
             alignment_max=alignment_max,
         )
         self.store, self.chunk_size, self.address = store, chunk_size, address
-        self.progress, self.resume = progress, resume
+        self.progress, self.resume, self.cache_size = progress, resume, cache_size
 
     def fit(self, X, y):
         """Fit as the reference does, each approximation's passes on the cluster."""
@@ -106,15 +108,26 @@ class RVC(ReferenceRVC):
             del self._X_input, self._y_input
             store = getattr(self, "_store", None)
             if store is not None:
+                self._client.run(clear_cache)
                 store.remove_if_temporary()
-                del self._store
+                del self._store, self._client
 
     def _design(self, kernel, X):
         labels = self._encoded_labels()
         store, client = open_store(self, self._X_input, labels, kernel)
         self._store = store
         shift = centring_shift(kernel, X)
-        Phi = StreamedDesign(X, shift, kernel, self.bias, store, client, unit=False)
+        self._client = client
+        Phi = StreamedDesign(
+            X,
+            shift,
+            kernel,
+            self.bias,
+            store,
+            client,
+            unit=False,
+            cache_mb=self.cache_size,
+        )
         self.fit_info_ = Phi.counts  # the passes, counted as they happen
         return Phi, np.arange(Phi.shape[1])
 
@@ -136,4 +149,5 @@ class RVC(ReferenceRVC):
     def __getstate__(self):
         state = dict(self.__dict__)
         state.pop("_store", None)
+        state.pop("_client", None)
         return state

@@ -11,7 +11,7 @@ from kernelref._validation import check_integer
 __all__ = ["OPERATIONAL", "check_backend_args", "identity", "materialise", "open_store"]
 
 #: Arguments that change how a fit runs, not what it computes.
-OPERATIONAL = ("store", "address", "progress", "resume", "chunk_size")
+OPERATIONAL = ("store", "address", "progress", "resume", "chunk_size", "cache_size")
 
 
 def check_backend_args(estimator):
@@ -29,6 +29,11 @@ def check_backend_args(estimator):
             "O(N³) per iteration: use kernelref.rvm for it on small data."
         )
     check_integer(estimator.chunk_size, "chunk_size", meaning="It is rows per task.")
+    cache = estimator.cache_size
+    if isinstance(cache, bool) or not isinstance(cache, (int, float)) or not cache >= 0:
+        raise ValueError(
+            f"cache_size must be a number of MB ≥ 0 (0: no cache); got {cache!r}."
+        )
     store = estimator.store
     if (
         store is not None

@@ -23,43 +23,12 @@ import time
 
 import numpy as np
 
-from backends.dask.blocks import kernel_block, product_rows, reusable_buffer
-from backends.dask.runtime import map_chunks, read_chunk
+from backends.dask.blocks import kernel_block
+from backends.dask.runtime import map_chunks
+from backends.dask.rvm.tasks import left_product_chunk, squared_norms_chunk
 from kernelref.rvm.design import check_kernel_columns
 
-__all__ = ["StreamedDesign", "left_product_chunk", "squared_norms_chunk"]
-
-
-def _row_chunks(ref, shift):
-    """(rows, X[rows] − shift) for every chunk of the stored X, from the worker's
-    cached chunks."""
-    for r in range(ref.n_chunks):
-        yield ref.rows(r), read_chunk(ref, r) - shift
-
-
-def left_product_chunk(ref, i, kernel, shift, V):
-    """Worker task: V @ k(X, X_i) for the candidates of chunk i, (k, c) for V of
-    shape (k, N); the N × c kernel block is formed in pieces, never whole."""
-    Y = read_chunk(ref, i) - shift
-    out = np.zeros((len(Y), len(V)))
-    for rows, X_r in _row_chunks(ref, shift):
-        out += product_rows(Y, kernel, X_r, V[:, rows].T)
-    return out.T
-
-
-def squared_norms_chunk(ref, i, kernel, shift, w2):
-    """Worker task: Σ_n w²_n k(x_n, x_i)² for the candidates of chunk i: the
-    squared norms of the weighted kernel columns."""
-    Y = read_chunk(ref, i) - shift
-    out = np.zeros(len(Y))
-    height = max(1, 2**18 // max(1, len(Y)))
-    buffer = reusable_buffer(height * len(Y))
-    for rows, X_r in _row_chunks(ref, shift):
-        for first in range(0, len(X_r), height):
-            block = kernel_block(kernel, X_r[first : first + height], Y, buffer)
-            block *= block
-            out += w2[rows][first : first + height] @ block
-    return out
+__all__ = ["StreamedDesign"]
 
 
 class StreamedDesign:
@@ -69,13 +38,14 @@ class StreamedDesign:
     centres it for a stationary kernel. The norms c come from one pass at
     construction (``scales``; 0 marks a zero column, which stays zero), or are
     1 with ``unit=False``; `reweighted` gives the design for row weights b.
+    Each worker caches kernel pieces up to ``cache_mb`` (``tasks``).
     """
 
     __array_ufunc__ = None  # so that v @ design calls __rmatmul__
 
-    def __init__(self, X, shift, kernel, bias, store, client, unit=True):
+    def __init__(self, X, shift, kernel, bias, store, client, unit=True, cache_mb=0):
         self.X, self.shift, self.kernel, self.bias = X - shift, shift, kernel, bias
-        self.store, self.client = store, client
+        self.store, self.client, self.cache_mb = store, client, cache_mb
         self.weights = np.ones(len(X))
         self.offset = 1 if bias else 0
         self.counts = {"passes": 0, "pass_seconds": 0.0}
@@ -110,7 +80,9 @@ class StreamedDesign:
     def _norms(self):
         """c: ‖b‖ for the bias column, √(Σ_n b²_n k(x_n, x_i)²) for column i."""
         w2 = self.weights**2
-        kernel_part = np.sqrt(self._round(squared_norms_chunk, self.shift, w2))
+        kernel_part = np.sqrt(
+            self._round(squared_norms_chunk, self.shift, w2, self.cache_mb)
+        )
         check_kernel_columns(kernel_part)
         bias = [np.sqrt(w2.sum())] if self.bias else []
         return np.concatenate([bias, kernel_part])
@@ -143,6 +115,8 @@ class StreamedDesign:
         out = np.empty((len(W), self.shape[1]))
         if self.bias:
             out[:, 0] = W.sum(axis=1)
-        out[:, self.offset :] = self._round(left_product_chunk, self.shift, W)
+        out[:, self.offset :] = self._round(
+            left_product_chunk, self.shift, W, self.cache_mb
+        )
         out *= self._inverse
         return out[0] if V.ndim == 1 else out

@@ -21,6 +21,7 @@ What is kept where:
 from backends.dask.rvm.common import check_backend_args, materialise, open_store
 from backends.dask.rvm.design import StreamedDesign
 from backends.dask.rvm.loop import checkpointed_driver
+from backends.dask.rvm.tasks import clear_cache
 from backends.dask.svm.estimators import centring_shift
 from kernelref.rvm import RVR as ReferenceRVR
 from kernelref.rvm.fast import ALIGNMENT_MAX, fast_schedule, on_user_scale
@@ -49,6 +50,10 @@ class RVR(ReferenceRVR):
         iteration of each run of the β schedule.
     resume : bool
         Continue from the store's checkpoints (True) or start afresh.
+    cache_size : float
+        MB of kernel pieces each worker keeps between passes (at most a quarter
+        of its memory limit); a pass over cached pieces reads instead of
+        computing. 0 turns the cache off. It is emptied after the fit.
 
     Attributes
     ----------
@@ -76,6 +81,7 @@ class RVR(ReferenceRVR):
         address=None,
         progress=None,
         resume=True,
+        cache_size=1024,
     ):
         super().__init__(
             kernel=kernel,
@@ -92,7 +98,7 @@ class RVR(ReferenceRVR):
             beta_schedule=beta_schedule,
         )
         self.store, self.chunk_size, self.address = store, chunk_size, address
-        self.progress, self.resume = progress, resume
+        self.progress, self.resume, self.cache_size = progress, resume, cache_size
 
     def fit(self, X, y):
         """Fit as the reference does, the fast algorithm's passes on the cluster."""
@@ -107,7 +113,15 @@ class RVR(ReferenceRVR):
         store, client = open_store(self, self._X_input, t, self.kernel_)
         try:
             shift = centring_shift(self.kernel_, X)
-            Phi = StreamedDesign(X, shift, self.kernel_, self.bias, store, client)
+            Phi = StreamedDesign(
+                X,
+                shift,
+                self.kernel_,
+                self.bias,
+                store,
+                client,
+                cache_mb=self.cache_size,
+            )
             drive = checkpointed_driver(
                 store, progress=self.progress, resume=self.resume, prefix="rvr-"
             )
@@ -122,6 +136,7 @@ class RVR(ReferenceRVR):
                 alignment_max=self.alignment_max,
             )
         finally:
+            client.run(clear_cache)
             store.remove_if_temporary()
         self.fit_info_ = Phi.counts
         return on_user_scale(result, Phi.scales)

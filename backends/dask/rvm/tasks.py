@@ -1,0 +1,97 @@
+"""What the workers compute for the RVM backend: passes over k(X, X_i).
+
+A task takes one chunk of candidates X_i (c points) and visits its N × c kernel
+block in pieces of ``PIECE_ENTRIES`` entries, data rows in order: the left
+product adds V[:, rows] @ piece, the norms add w²[rows] @ piece². A worker keeps
+the pieces it has formed while they fit its cache (``cache_mb``, capped at a
+quarter of its memory limit), so later passes over the same chunk read them
+instead of forming them again; cached or not, the same pieces meet the same
+products in the same order, so the result does not depend on where a task ran.
+"""
+
+import threading
+
+import numpy as np
+
+from backends.dask.blocks import kernel_block, reusable_buffer
+from backends.dask.runtime import read_chunk
+
+__all__ = ["clear_cache", "left_product_chunk", "squared_norms_chunk"]
+
+#: Entries of one piece: 2 MiB, so the map and the product run in cache.
+PIECE_ENTRIES = 2**18
+
+_cache = {"pieces": {}, "bytes": 0}
+_lock = threading.Lock()
+
+
+def _budget(cache_mb):
+    """Bytes this worker may cache: ``cache_mb``, at most a quarter of its
+    memory limit."""
+    budget = cache_mb * 2**20
+    try:
+        from distributed import get_worker
+
+        limit = get_worker().memory_manager.memory_limit
+        if limit:
+            budget = min(budget, limit / 4)
+    except (ImportError, ValueError):
+        pass
+    return budget
+
+
+def _pieces(ref, i, kernel, shift, cache_mb):
+    """(data rows, k(X[rows], X_i)) for every piece of chunk i's block, in order."""
+    key = (ref.path, ref.chunk_size, i, repr(kernel), shift.tobytes())
+    cached = _cache["pieces"].get(key)
+    if cached is not None:
+        yield from cached
+        return
+    Y = read_chunk(ref, i) - shift
+    height = max(1, PIECE_ENTRIES // max(1, len(Y)))
+    buffer = reusable_buffer(height * len(Y))
+    budget, kept = _budget(cache_mb), []
+    for r in range(ref.n_chunks):
+        X_r, first_row = read_chunk(ref, r) - shift, ref.rows(r).start
+        for first in range(0, len(X_r), height):
+            rows = slice(first_row + first, first_row + min(first + height, len(X_r)))
+            piece = kernel_block(kernel, X_r[first : first + height], Y, buffer)
+            with _lock:
+                keep = kept is not None and _cache["bytes"] + piece.nbytes <= budget
+                if keep:
+                    _cache["bytes"] += piece.nbytes
+            if keep:
+                piece = piece.copy()
+                kept.append((rows, piece))
+            elif kept is not None:  # not all of it fits: give back what was taken
+                with _lock:
+                    _cache["bytes"] -= sum(p.nbytes for _, p in kept)
+                kept = None
+            yield rows, piece
+    if kept is not None:
+        _cache["pieces"][key] = kept
+
+
+def left_product_chunk(ref, i, kernel, shift, V, cache_mb=0):
+    """Worker task: V @ k(X, X_i) for the candidates of chunk i, (k, c) for V of
+    shape (k, N); the N × c block is visited in pieces, never formed whole."""
+    out = np.zeros((len(V), ref.rows(i).stop - ref.rows(i).start))
+    for rows, piece in _pieces(ref, i, kernel, shift, cache_mb):
+        out += V[:, rows] @ piece
+    return out
+
+
+def squared_norms_chunk(ref, i, kernel, shift, w2, cache_mb=0):
+    """Worker task: Σ_n w²_n k(x_n, x_i)² for the candidates of chunk i, the
+    squared norms of the weighted kernel columns."""
+    out = np.zeros(ref.rows(i).stop - ref.rows(i).start)
+    for rows, piece in _pieces(ref, i, kernel, shift, cache_mb):
+        out += w2[rows] @ np.square(piece)
+    return out
+
+
+def clear_cache():
+    """Worker function: drop every cached piece (at the end of a fit)."""
+    with _lock:
+        _cache["pieces"].clear()
+        _cache["bytes"] = 0
