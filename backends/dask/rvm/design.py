@@ -14,7 +14,7 @@ uses Φ in two ways only (``kernelref.rvm.fast.FastLoop``):
 ``StreamedDesign`` offers exactly these on the unit-norm columns
 Φ̃ = diag(b) Φ diag(1/c) the algorithm works with (b the row weights of the
 classifier's whitened problem, 1 for regression): a left product is one round
-of tasks, one per chunk of candidates, each forming its N × c kernel block
+of tasks, one per span of candidates, each forming its N × c kernel block
 in pieces in a reused buffer and returning only its c entries.
 """
 
@@ -24,7 +24,6 @@ import time
 import numpy as np
 
 from backends.dask.blocks import kernel_block
-from backends.dask.runtime import map_chunks
 from backends.dask.rvm.tasks import left_product_chunk, squared_norms_chunk
 from kernelref.rvm.design import check_kernel_columns
 
@@ -46,6 +45,7 @@ class StreamedDesign:
     def __init__(self, X, shift, kernel, bias, store, client, unit=True, cache_mb=0):
         self.X, self.shift, self.kernel, self.bias = X - shift, shift, kernel, bias
         self.store, self.client, self.cache_mb = store, client, cache_mb
+        self.spans = self._spans()
         self.weights = np.ones(len(X))
         self.offset = 1 if bias else 0
         self.counts = {"passes": 0, "pass_seconds": 0.0}
@@ -70,9 +70,30 @@ class StreamedDesign:
     def shape(self):
         return (len(self.X), len(self.X) + self.offset)
 
+    def _spans(self):
+        """The candidates of each task: equal spans, at least two per worker
+        thread (a pass is then balanced whatever the store's chunk size)."""
+        n = len(self.X)
+        threads = sum(self.client.nthreads().values()) or 1
+        tasks = min(n, max(self.store.n_chunks, 2 * threads))
+        edges = np.linspace(0, n, tasks + 1).round().astype(int)
+        return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
+
     def _round(self, func, *args):
+        """One pass: ``func(ref, span, kernel, *args)`` for every span, in order."""
         tick = time.perf_counter()
-        parts = map_chunks(self.client, func, self.store.x_ref, self.kernel, *args)
+        n = len(self.spans)
+        futures = self.client.map(
+            func,
+            [self.store.x_ref] * n,
+            self.spans,
+            *[[a] * n for a in (self.kernel, *args)],
+            pure=False,
+        )
+        try:
+            parts = self.client.gather(futures)
+        finally:
+            self.client.cancel(futures)
         self.counts["passes"] += 1
         self.counts["pass_seconds"] += time.perf_counter() - tick
         return np.concatenate(parts, axis=-1)

@@ -1,11 +1,11 @@
 """What the workers compute for the RVM backend: passes over k(X, X_i).
 
-A task takes one chunk of candidates X_i (c points) and visits its N × c kernel
+A task takes one span of candidates X_i (c points) and visits its N × c kernel
 block in pieces of ``PIECE_ENTRIES`` entries, data rows in order: the left
 product adds V[:, rows] @ piece, the norms add w²[rows] @ piece². A worker keeps
 the pieces it has formed while they fit its cache (``cache_mb``, capped at a
 quarter of its memory limit), so later passes over the same chunk read them
-instead of forming them again; cached or not, the same pieces meet the same
+instead of forming them again (the spans stay the same from pass to pass); cached or not, the same pieces meet the same
 products in the same order, so the result does not depend on where a task ran.
 """
 
@@ -40,14 +40,26 @@ def _budget(cache_mb):
     return budget
 
 
-def _pieces(ref, i, kernel, shift, cache_mb):
-    """(data rows, k(X[rows], X_i)) for every piece of chunk i's block, in order."""
-    key = (ref.path, ref.chunk_size, i, repr(kernel), shift.tobytes())
+def candidate_rows(ref, span):
+    """Rows ``span = (start, stop)`` of the stored X, from the cached chunks."""
+    start, stop = span
+    parts = []
+    for c in range(start // ref.chunk_size, -(-stop // ref.chunk_size)):
+        rows = ref.rows(c)
+        chunk = read_chunk(ref, c)
+        parts.append(chunk[max(start, rows.start) - rows.start : stop - rows.start])
+    return np.concatenate(parts)
+
+
+def _pieces(ref, span, kernel, shift, cache_mb):
+    """(data rows, k(X[rows], X[span])) for every piece of the candidates' block,
+    in order."""
+    key = (ref.path, tuple(span), repr(kernel), shift.tobytes())
     cached = _cache["pieces"].get(key)
     if cached is not None:
         yield from cached
         return
-    Y = read_chunk(ref, i) - shift
+    Y = candidate_rows(ref, span) - shift
     height = max(1, PIECE_ENTRIES // max(1, len(Y)))
     buffer = reusable_buffer(height * len(Y))
     budget, kept = _budget(cache_mb), []
@@ -72,20 +84,21 @@ def _pieces(ref, i, kernel, shift, cache_mb):
         _cache["pieces"][key] = kept
 
 
-def left_product_chunk(ref, i, kernel, shift, V, cache_mb=0):
-    """Worker task: V @ k(X, X_i) for the candidates of chunk i, (k, c) for V of
-    shape (k, N); the N × c block is visited in pieces, never formed whole."""
-    out = np.zeros((len(V), ref.rows(i).stop - ref.rows(i).start))
-    for rows, piece in _pieces(ref, i, kernel, shift, cache_mb):
+def left_product_chunk(ref, span, kernel, shift, V, cache_mb=0):
+    """Worker task: V @ k(X, X[span]) for the candidates ``span = (start, stop)``,
+    (k, stop − start) for V of shape (k, N); their N × c block is visited in
+    pieces, never formed whole."""
+    out = np.zeros((len(V), span[1] - span[0]))
+    for rows, piece in _pieces(ref, span, kernel, shift, cache_mb):
         out += V[:, rows] @ piece
     return out
 
 
-def squared_norms_chunk(ref, i, kernel, shift, w2, cache_mb=0):
-    """Worker task: Σ_n w²_n k(x_n, x_i)² for the candidates of chunk i, the
+def squared_norms_chunk(ref, span, kernel, shift, w2, cache_mb=0):
+    """Worker task: Σ_n w²_n k(x_n, x_i)² for the candidates i in ``span``, the
     squared norms of the weighted kernel columns."""
-    out = np.zeros(ref.rows(i).stop - ref.rows(i).start)
-    for rows, piece in _pieces(ref, i, kernel, shift, cache_mb):
+    out = np.zeros(span[1] - span[0])
+    for rows, piece in _pieces(ref, span, kernel, shift, cache_mb):
         out += w2[rows] @ np.square(piece)
     return out
 
