@@ -28,6 +28,14 @@ GFLOP/s instead of the ~140 GFLOP/s two workers reach on a quiet machine:
   GFLOP/s, ratio 1.60 (1.64 at the mean of the rates measured before and after,
   19.9 and 20.9 GFLOP/s). At a load of 11 to 21 on two cores the ratio measures
   the others' share of the machine as much as this code.
+- evidence and gradient at a new θ (factorisation, solve, the 15 column blocks of
+  the inverse and the contraction with ∂K): 2338 s against a floor of 1357 s for
+  N³ flops at R = 19.9 GFLOP/s, ratio 1.72 (1.97 at the mean of the rates
+  measured just before and after, 20.9 and 24.5 GFLOP/s). The load average was
+  20-27 during most of this phase, and a third process measured the two-worker
+  rate at 5.8 GFLOP/s in the middle of it, so the rate the workers really had
+  was far below the bracketing measurements and neither ratio is a measurement
+  of the code against the 1.5 target; a quiet machine is needed for that.
 
 What this session changed, measured side by side in CPU time (which the load
 disturbs far less than wall time): one update task of two 2048-tile GEMM steps
