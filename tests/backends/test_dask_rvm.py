@@ -348,3 +348,20 @@ def test_bad_data_gets_the_reference_errors(client, tmp_path):
         dask_rvm.RVR(**params).fit(np.where(X > 0, np.nan, X), t)
     with pytest.raises(ValueError, match="kernel is zero"):
         dask_rvm.RVR(kernel="linear", **params).fit(np.zeros((200, 2)), t)
+
+
+def test_saved_models_load_and_predict_identically(client, tmp_path):
+    import kernelref
+
+    X, t = sinc(300, seed=8)
+    params = dict(gamma=0.1, progress=False, address=client.scheduler.address)
+    model = dask_rvm.RVR(**params).fit(X, t)
+    model.save(tmp_path / "rvr.krm")
+    loaded = kernelref.load(tmp_path / "rvr.krm")
+    assert type(loaded) is dask_rvm.RVR
+    np.testing.assert_array_equal(loaded.predict(X), model.predict(X))
+    y = (t > 0.2).astype(int)
+    classifier = dask_rvm.RVC(**params).fit(X, y)
+    classifier.save(tmp_path / "rvc.krm")
+    loaded = kernelref.load(tmp_path / "rvc.krm")
+    np.testing.assert_array_equal(loaded.predict_proba(X), classifier.predict_proba(X))
