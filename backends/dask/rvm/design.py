@@ -19,6 +19,7 @@ in pieces in a reused buffer and returning only its c entries.
 """
 
 import copy
+import hashlib
 import time
 
 import numpy as np
@@ -49,6 +50,7 @@ class StreamedDesign:
         self.weights = np.ones(len(X))
         self.offset = 1 if bias else 0
         self.counts = {"passes": 0, "pass_seconds": 0.0}
+        self._seen = {}
         self._set_scales(unit)
 
     def _set_scales(self, unit):
@@ -63,6 +65,7 @@ class StreamedDesign:
         B^½, label ``rvc-linearised-target``): one pass for the norms."""
         other = copy.copy(self)
         other.weights = np.asarray(weights, dtype=float)
+        other._seen = {}
         other._set_scales(True)
         return other
 
@@ -130,8 +133,13 @@ class StreamedDesign:
         return self.columns(index)
 
     def __rmatmul__(self, V):
-        """V @ Φ̃ for V of shape (N,) or (k, N): one streamed pass."""
+        """V @ Φ̃ for V of shape (N,) or (k, N): one streamed pass. A vector seen
+        before (the targets t, once per run of a β schedule) is answered from
+        memory."""
         V = np.asarray(V, dtype=float)
+        key = hashlib.sha256(V.tobytes()).hexdigest() if V.ndim == 1 else None
+        if key in self._seen:
+            return self._seen[key].copy()
         W = np.atleast_2d(V) * self.weights
         out = np.empty((len(W), self.shape[1]))
         if self.bias:
@@ -140,4 +148,6 @@ class StreamedDesign:
             left_product_chunk, self.shift, W, self.cache_mb
         )
         out *= self._inverse
+        if key is not None:
+            self._seen[key] = out[0].copy()
         return out[0] if V.ndim == 1 else out
