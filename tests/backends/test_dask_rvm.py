@@ -137,9 +137,11 @@ def test_out_of_core_rvr_equals_reference(small_workers):
     ids=["rbf", "no-bias-both", "laplacian-update"],
 )
 def test_rvr_equals_reference(params, client):
-    # (Friedman #1 without the bias under 'both' is rounding-unstable in the
-    # reference itself: rounding_sensitivity refuses it, so sinc takes that case.)
-    X, t = sinc(600, seed=7) if params.get("bias") is False else friedman(300, seed=1)
+    # Friedman #1 keeps hundreds of weakly relevant basis functions without the
+    # bias under 'both' (the reference changes its model under a 1e-15
+    # perturbation) and with the Laplacian kernel (its α move by 1e-3): sinc takes
+    # those cases, where the comparison means something.
+    X, t = friedman(300, seed=1) if params == dict(gamma=0.05) else sinc(600, seed=7)
     ref = reference.RVR(**params).fit(X, t)
     floor = rounding_sensitivity(ref, X, t)
     backend = dask_rvm.RVR(
