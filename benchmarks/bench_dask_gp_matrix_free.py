@@ -17,8 +17,33 @@ Parts (``--part``, default ``all``: the three side by side in one run):
 
 The machine may be shared: every ratio is of things measured in one run.
 
-Measured on 2026-11-24 (shared 2-core VM, other engineers computing): see the
-figures below, filled in from the runs.
+Measured on 2026-11-24 on the shared 2-core VM while other engineers computed
+(load 5-20 on 2 cores, so absolute times are several times a quiet machine's):
+
+- accuracy: the table in ``backends.dask.gp_matrix_free`` (e.g. 16 probes:
+  log p 6.4e-3, log|A| 1.4e-3, gradient 1.2e-2 / 1.3e-2 relative; Hutch++
+  the same within the seeds' noise).
+- rank (CG iterations to tol 1e-6; "auto" stops at the cap 3√N = 189 here,
+  the remainder's trace staying far above 0.1·σ²N on this 20-D kernel):
+
+      rank    GP its   GP s   ridge its   ridge s
+        25      140     35        98        10
+        50      107     59        74        20
+       100       84     47        61        10
+       200       72     42        52         8
+       400       53     29        39         7
+      auto (189) 73     34        52        16
+
+- large: N = 100 000, σ² = 0.1, 8 probes, tol 1e-4, rank "auto" (948, the
+  cap): did NOT complete in the session. Under load 10-20 the floor measured
+  at the start was 68 s per product (11-16 ns per RBF entry per worker, ~5×
+  a quiet machine's 2.5 ns); the preconditioner and the first product took
+  500 s, then 21 CG iterations in 3592 s (interrupted by ``timeout -s INT``;
+  largest relative residual 3.1 → 0.11), median 96 s per streamed product
+  (ratio 1.42 to the start's floor; the last iterations took 40-65 s as the
+  load fell, so the ratio mostly measures the load). At N = 4000 the same
+  problem needs ~50 iterations to 1e-4: on a quiet machine expect roughly
+  50 × 15 s plus the gradient round. Rerun with ``--store DIR`` to resume.
 """
 
 import argparse
