@@ -36,6 +36,11 @@ GFLOP/s instead of the ~140 GFLOP/s two workers reach on a quiet machine:
   rate at 5.8 GFLOP/s in the middle of it, so the rate the workers really had
   was far below the bracketing measurements and neither ratio is a measurement
   of the code against the 1.5 target; a quiet machine is needed for that.
+- scikit-learn at N = 25 000 (its fit peaks at ~3.07 × 8N² bytes, measured:
+  15 GB; 30 000 would need 22 GB, more than the shared machine had free), same
+  run, load ~9: scikit-learn 406 s (one process, one BLAS thread, in memory),
+  the Dask fit 212 s (ratio 0.52), log evidences equal to 3.5e-10. The load
+  average at the end of the run was 9.2.
 
 What this session changed, measured side by side in CPU time (which the load
 disturbs far less than wall time): one update task of two 2048-tile GEMM steps
