@@ -84,10 +84,10 @@ def cluster(n_workers):
     return local, Client(local)
 
 
-def fit_backend(X, t, gamma, client, chunk_size=2048):
+def fit_backend(X, t, gamma, client, chunk_size=2048, cache_mb=1024):
     from backends.dask import RVR
 
-    model = RVR(gamma=gamma, chunk_size=chunk_size, progress=False)
+    model = RVR(gamma=gamma, chunk_size=chunk_size, progress=False, cache_size=cache_mb)
     model.set_params(address=client.scheduler.address)
     tick = time.perf_counter()
     model.fit(X, t)
@@ -136,13 +136,13 @@ def compare(n):
     )
 
 
-def scale_run(problem, n):
+def scale_run(problem, n, cache_mb):
     """One fit at scale on the embedded cluster, against the floors."""
     X, t, gamma = PROBLEMS[problem](n)
     local, client = cluster(2)
     with local, client:
         per_entry = np.mean(list(client.run(entry_cost).values()))
-        model, seconds = fit_backend(X, t, gamma, client, chunk_size=4096)
+        model, seconds = fit_backend(X, t, gamma, client, 4096, cache_mb)
         peaks = sorted(client.run(peak_memory).values())
     info = model.fit_info_
     m = len(model.alpha_)
@@ -154,7 +154,7 @@ def scale_run(problem, n):
         Psi.T @ w
     product_floor = (time.perf_counter() - tick) / 10
     client_seconds = seconds - info["pass_seconds"]
-    print(f"{problem}, N = {n}, γ = {gamma:g}, two workers")
+    print(f"{problem}, N = {n}, γ = {gamma:g}, two workers, cache {cache_mb} MB each")
     print(describe("backend", model, seconds))
     print(
         f"  {info['passes']} streamed passes, {info['pass_seconds']:.1f} s: "
@@ -179,15 +179,25 @@ def main(argv=None):
     parser.add_argument(
         "--problems", nargs="*", default=["sinc", "friedman20"], choices=PROBLEMS
     )
+    parser.add_argument(
+        "--cache-mb",
+        type=float,
+        default=1024,
+        help="each worker's kernel cache in the scale runs (0: none, to see the "
+        "memory that grows with N)",
+    )
     args = parser.parse_args(argv)
     for n in args.n:
         compare(n)
     peaks = {}
     for problem in args.problems:
         for n in args.scale_n:
-            peaks[problem, n] = max(scale_run(problem, n))
+            peaks[problem, n] = max(scale_run(problem, n, args.cache_mb))
     if peaks:
-        print("worker peak memory against N (flat: no worker holds N × N):")
+        print(
+            "worker peak memory against N (no worker holds N × N; the cache "
+            f"adds up to {args.cache_mb:g} MB):"
+        )
         for (problem, n), peak in peaks.items():
             print(f"  {problem:<11} N = {n:>6}: {peak / 2**20:.0f} MiB")
 
