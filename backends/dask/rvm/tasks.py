@@ -26,18 +26,21 @@ _lock = threading.Lock()
 
 
 def _budget(cache_mb):
-    """Bytes this worker may cache: ``cache_mb``, at most a quarter of its
-    memory limit."""
+    """Bytes this worker may cache in all: ``cache_mb``, at most a quarter of its
+    memory limit, and no more than keeps the process below 60% of the limit
+    (dask pauses a worker at 80%)."""
     budget = cache_mb * 2**20
     try:
+        import psutil
         from distributed import get_worker
 
         limit = get_worker().memory_manager.memory_limit
         if limit:
-            budget = min(budget, limit / 4)
+            rss = psutil.Process().memory_info().rss
+            budget = min(budget, limit / 4, 0.6 * limit - rss + _cache["bytes"])
     except (ImportError, ValueError):
         pass
-    return budget
+    return max(budget, 0.0)
 
 
 def candidate_rows(ref, span):
