@@ -19,11 +19,11 @@ K × K per point, not a row weight) and stays in ``kernelref.rvm.RVC``.
 
 import numpy as np
 
-from backends.dask.rvm.common import check_backend_args, materialise, open_store
+from backends.dask.rvm.common import check_backend_args, open_store
 from backends.dask.rvm.design import StreamedDesign
 from backends.dask.rvm.loop import checkpointed_driver
 from backends.dask.rvm.tasks import clear_cache
-from backends.dask.svm.estimators import centring_shift
+from backends.dask.svm.estimators import centring_shift, materialise
 from kernelref.rvm import RVC as ReferenceRVC
 from kernelref.rvm.classification import BERNOULLI
 from kernelref.rvm.fast import ALIGNMENT_MAX

@@ -8,7 +8,7 @@ from backends.dask.gram_store import kernel_spec
 from backends.dask.runtime import FitStore
 from kernelref._validation import check_integer
 
-__all__ = ["OPERATIONAL", "check_backend_args", "identity", "materialise", "open_store"]
+__all__ = ["OPERATIONAL", "check_backend_args", "identity", "open_store"]
 
 #: Arguments that change how a fit runs, not what it computes.
 OPERATIONAL = ("store", "address", "progress", "resume", "chunk_size", "cache_size")
@@ -69,16 +69,6 @@ def identity(estimator, kernel):
         "params": {k: repr(v) for k, v in sorted(params.items())},
         "kernel": kernel_spec(kernel),
     }
-
-
-def materialise(X):
-    """A numpy copy of numpy, Zarr or dask input (X of N × D fits the client)."""
-    module = type(X).__module__
-    if module.startswith("dask.array"):
-        return np.asarray(X.compute())
-    if module.startswith("zarr"):
-        return np.asarray(X[...])
-    return X
 
 
 def open_store(estimator, X, labels, kernel):

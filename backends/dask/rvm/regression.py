@@ -18,11 +18,11 @@ What is kept where:
 - fit store: X and t, and the checkpoint of each run.
 """
 
-from backends.dask.rvm.common import check_backend_args, materialise, open_store
+from backends.dask.rvm.common import check_backend_args, open_store
 from backends.dask.rvm.design import StreamedDesign
 from backends.dask.rvm.loop import checkpointed_driver
 from backends.dask.rvm.tasks import clear_cache
-from backends.dask.svm.estimators import centring_shift
+from backends.dask.svm.estimators import centring_shift, materialise
 from kernelref.rvm import RVR as ReferenceRVR
 from kernelref.rvm.fast import ALIGNMENT_MAX, fast_schedule, on_user_scale
 from kernelref.rvm.regression import ALPHA_MAX

@@ -51,7 +51,7 @@ def centring_shift(kernel, X):
     return np.zeros(X.shape[1])
 
 
-def _materialise(X):
+def materialise(X):
     """A numpy copy of numpy, Zarr or dask input (X of N × D fits the client)."""
     module = type(X).__module__
     if module.startswith("dask.array"):
@@ -120,7 +120,7 @@ class _DaskSVM:
         self._validate_backend()
         self._X_input = X
         try:
-            return super().fit(_materialise(X), y, sample_weight=sample_weight)
+            return super().fit(materialise(X), y, sample_weight=sample_weight)
         finally:
             del self._X_input
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from backends.dask.cluster import get_client
 from backends.dask.runtime import FitStore, map_chunks
-from backends.dask.svm.estimators import _materialise, centring_shift
+from backends.dask.svm.estimators import centring_shift, materialise
 from backends.dask.svm.tasks import product_chunk, product_chunk_at
 from kernelref.svm import kkt as reference_kkt
 from kernelref.svm.multiclass import ovo_coefficients
@@ -52,7 +52,7 @@ def kkt_report(
             "kernelref.svm.kkt_report, which takes the Gram matrix as X."
         )
     client = get_client(address)
-    X_client = _materialise(X)
+    X_client = materialise(X)
     data = FitStore.prepare(
         store,
         X,
