@@ -35,6 +35,7 @@ __all__ = [
     "fresh_statistics",
     "inverse_H",
     "measured_drift",
+    "new_coordinate_row",
     "orthonormal_coordinates",
     "rank_one_SQ",
     "reestimate_step",
@@ -53,11 +54,29 @@ def orthonormal_coordinates(Phi, active):
 
 def add_coordinate(Phi, U, Psi, j):
     """Extend U by the part of column j orthogonal to it: Gram–Schmidt, applied
-    twice so that U stays orthonormal to rounding; Ψ gains the row uᵀΦ."""
+    twice so that U stays orthonormal to rounding; Ψ gains the row uᵀΦ
+    (`new_coordinate_row`)."""
     r = Phi[:, j] - U @ Psi[:, j]
-    r -= U @ (U.T @ r)
-    u = r / np.linalg.norm(r)
-    return np.column_stack([U, u]), np.vstack([Psi, u @ Phi])
+    h = U.T @ r
+    r -= U @ h
+    norm = np.linalg.norm(r)
+    u = r / norm
+    row = new_coordinate_row(Phi, u, j, Psi[:, j] + h, norm, Psi)
+    return np.column_stack([U, u]), np.vstack([Psi, row])
+
+
+def new_coordinate_row(Phi, u, j, c, norm, Psi):
+    """uᵀΦ: the new direction's coordinate of every column, one product with Φ.
+
+    A design that keeps rows of ΦᵀΦ (``Phi.gram_row(j)``: the Dask backend's
+    streamed design forms several in one pass over the kernel) answers without
+    touching Φ: u = (φ_j − Uc)/‖r‖ with c the coefficients Gram–Schmidt
+    removed, so uᵀΦ = (φ_jᵀΦ − cᵀΨ)/‖r‖.
+    """
+    gram_row = getattr(Phi, "gram_row", None)
+    if gram_row is None:
+        return u @ Phi
+    return (gram_row(j) - c @ Psi) / norm
 
 
 def drop_coordinate(U, Psi, R_rest):

@@ -6,10 +6,17 @@ uses Φ in two ways only (``kernelref.rvm.fast.FastLoop``):
 
 - a few columns at a time, Φ[:, j] or Φ[:, active] — N numbers per column,
   computed on the client from X, which fits there;
-- left products v @ Φ and V @ Φ — one for Φᵀt at the start, one per addition
-  (the new row uᵀΦ of the coordinates Ψ = UᵀΦ, label ``rvm-SQ-stable``), and
-  one for the model's coordinates at a warm start. Entry i is
+- left products v @ Φ and V @ Φ — one for Φᵀt at the start, one for the
+  model's coordinates at a warm start, and, on an addition, the new row uᵀΦ
+  of the coordinates Ψ = UᵀΦ (label ``rvm-SQ-stable``). Entry i is
   Σ_n v_n k(x_n, x_i): every kernel entry once, O(N²) however small v is.
+
+An addition's row comes from the row φ_jᵀΦ of the Gram matrix
+(``kernelref.rvm.coordinates.new_coordinate_row``), and a pass costs nearly the
+same for ``prefetch`` rows as for one: so the design keeps Gram rows, and on an
+addition whose row it lacks forms, in one pass, the rows of that column and of
+the columns the algorithm ranks next (``expect``). Later additions of those
+columns need no pass.
 
 ``StreamedDesign`` offers exactly these on the unit-norm columns
 Φ̃ = diag(b) Φ diag(1/c) the algorithm works with (b the row weights of the
@@ -28,7 +35,12 @@ from backends.dask.blocks import kernel_block
 from backends.dask.rvm.tasks import left_product_chunk, squared_norms_chunk
 from kernelref.rvm.design import check_kernel_columns
 
-__all__ = ["StreamedDesign"]
+__all__ = ["PREFETCH", "ROWS_MB", "StreamedDesign"]
+
+#: Gram rows formed by the pass of an addition whose row is not kept.
+PREFETCH = 32
+#: MB of Gram rows the client keeps (the oldest are dropped first).
+ROWS_MB = 512
 
 
 class StreamedDesign:
@@ -43,14 +55,27 @@ class StreamedDesign:
 
     __array_ufunc__ = None  # so that v @ design calls __rmatmul__
 
-    def __init__(self, X, shift, kernel, bias, store, client, unit=True, cache_mb=0):
+    def __init__(
+        self,
+        X,
+        shift,
+        kernel,
+        bias,
+        store,
+        client,
+        unit=True,
+        cache_mb=0,
+        prefetch=PREFETCH,
+        rows_mb=ROWS_MB,
+    ):
         self.X, self.shift, self.kernel, self.bias = X - shift, shift, kernel, bias
         self.store, self.client, self.cache_mb = store, client, cache_mb
+        self.prefetch, self.rows_mb = prefetch, rows_mb
         self.spans = self._spans()
         self.weights = np.ones(len(X))
         self.offset = 1 if bias else 0
-        self.counts = {"passes": 0, "pass_seconds": 0.0}
-        self._seen = {}
+        self.counts = {"passes": 0, "pass_seconds": 0.0, "gram_rows": 0}
+        self._seen, self._rows, self._expected = {}, {}, np.empty(0, dtype=int)
         self._set_scales(unit)
 
     def _set_scales(self, unit):
@@ -65,7 +90,7 @@ class StreamedDesign:
         B^½, label ``rvc-linearised-target``): one pass for the norms."""
         other = copy.copy(self)
         other.weights = np.asarray(weights, dtype=float)
-        other._seen = {}
+        other._seen, other._rows = {}, {}
         other._set_scales(True)
         return other
 
@@ -131,6 +156,36 @@ class StreamedDesign:
         if np.ndim(index) == 0:
             return self.columns([int(index)])[:, 0]
         return self.columns(index)
+
+    def expect(self, ranked):
+        """The columns likely to join the model next, most likely first
+        (``kernelref.rvm.fast``): the ones the next missing Gram row brings along."""
+        self._expected = np.asarray(ranked, dtype=int)
+
+    def gram_row(self, j):
+        """φ̃_jᵀΦ̃, from memory or by one pass that also forms the rows of the
+        ``prefetch − 1`` expected columns not yet kept. The pass always has
+        ``prefetch`` rows (zeros where there are fewer columns), and each of
+        its columns is formed alone, so a row's digits do not depend on which
+        others shared its pass (a resumed fit forms other batches)."""
+        if j not in self._rows:
+            others = [int(k) for k in self._expected if k != j and k not in self._rows]
+            batch = [j, *others[: self.prefetch - 1]]
+            V = np.zeros((self.prefetch, len(self.X)))
+            for row, k in zip(V, batch):  # one at a time: digits independent of batch
+                row[:] = self.columns([k])[:, 0]
+            rows = V @ self
+            self._forget(len(batch))
+            for k, row in zip(batch, rows):
+                self._rows[k] = row
+            self.counts["gram_rows"] += len(batch)
+        return self._rows[j]
+
+    def _forget(self, n_new):
+        """Drop the oldest kept rows so that n_new more fit in ``rows_mb``."""
+        room = max(int(self.rows_mb * 2**20 // (8 * self.shape[1])), self.prefetch)
+        while self._rows and len(self._rows) + n_new > room:
+            self._rows.pop(next(iter(self._rows)))
 
     def __rmatmul__(self, V):
         """V @ Φ̃ for V of shape (N,) or (k, N): one streamed pass. A vector seen

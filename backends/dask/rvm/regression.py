@@ -12,9 +12,12 @@ What is kept where:
 - client: the model (active set, α, β), H⁻¹ (m × m), and the O(N·m) per
   candidate state of the algorithm — the coordinates Ψ = UᵀΦ̃ (m × N), U
   (N × m), S, Q, the alignments — which every iteration reads and updates in
-  O(N·m); X (N × D) for the columns of the basis functions that join;
-- workers: the O(N²) kernel work, one pass over k(X, X) per addition
-  (uᵀΦ̃, the new row of Ψ) and one for the norms and Φ̃ᵀt at the start;
+  O(N·m); X (N × D) for the columns of the basis functions that join; Gram
+  rows φ̃_jᵀΦ̃ of likely additions, up to ``design.ROWS_MB``;
+- workers: the O(N²) kernel work, one pass over k(X, X) for the norms, one
+  for Φ̃ᵀt at the start, and one per addition whose Gram row φ̃_jᵀΦ̃ (which
+  gives uᵀΦ̃, the new row of Ψ) the client does not keep: that pass forms the
+  rows of the next likely additions too (``design.PREFETCH``);
 - fit store: X and t, and the checkpoint of each run.
 """
 
@@ -58,8 +61,9 @@ class RVR(ReferenceRVR):
     Attributes
     ----------
     As ``kernelref.rvm.RVR``, and ``fit_info_``: the streamed passes over the
-    kernel (``passes``) and the seconds they took (``pass_seconds``); ``store_``, the fit store's path (None if
-    temporary).
+    kernel (``passes``), the seconds they took (``pass_seconds``) and the Gram
+    rows they formed for additions (``gram_rows``, ``prefetch`` per pass);
+    ``store_``, the fit store's path (None if temporary).
     """
 
     def __init__(

@@ -1,12 +1,14 @@
 """What the workers compute for the RVM backend: passes over k(X, X_i).
 
 A task takes one span of candidates X_i (c points) and visits its N × c kernel
-block in pieces of ``PIECE_ENTRIES`` entries, data rows in order: the left
-product adds V[:, rows] @ piece, the norms add w²[rows] @ piece². A worker keeps
-the pieces it has formed while they fit its cache (``cache_mb``, capped at a
-quarter of its memory limit), so later passes over the same chunk read them
-instead of forming them again (the spans stay the same from pass to pass); cached or not, the same pieces meet the same
-products in the same order, so the result does not depend on where a task ran.
+block in pieces of ``PIECE_ENTRIES`` entries, strip by strip of candidates and
+data rows in order within a strip: the left product adds V[:, rows] @ piece,
+the norms add w²[rows] @ piece². A worker keeps the pieces it has formed while
+they fit its cache (``cache_mb``, capped at a quarter of its memory limit), so
+later passes over the same chunk read them instead of forming them again (the
+spans stay the same from pass to pass); cached or not, the same pieces meet the
+same products in the same order, so the result does not depend on where a task
+ran.
 """
 
 import threading
@@ -20,9 +22,14 @@ __all__ = ["clear_cache", "left_product_chunk", "squared_norms_chunk"]
 
 #: Entries of one piece: 2 MiB, so the map and the product run in cache.
 PIECE_ENTRIES = 2**18
+#: Candidates per piece: a piece is a tall strip, PIECE_ENTRIES / STRIP data
+#: rows deep, so V @ piece sums over a thousand rows even when V has many rows
+#: (the design's prefetched Gram rows), and its result stays in cache.
+STRIP = 256
 
 _cache = {"pieces": {}, "bytes": 0}
 _lock = threading.Lock()
+_squares = threading.local()
 
 
 def _budget(cache_mb):
@@ -55,36 +62,49 @@ def candidate_rows(ref, span):
 
 
 def _pieces(ref, span, kernel, shift, cache_mb):
-    """(data rows, k(X[rows], X[span])) for every piece of the candidates' block,
-    in order."""
+    """(candidates, data rows, k(X[rows], X[candidates])) for every piece of the
+    candidates' block, in order: strips of ``STRIP`` candidates, each visited
+    down all N data rows, so a product with the piece sums over many rows."""
     key = (ref.path, tuple(span), repr(kernel), shift.tobytes())
     cached = _cache["pieces"].get(key)
     if cached is not None:
         yield from cached
         return
     Y = candidate_rows(ref, span) - shift
-    height = max(1, PIECE_ENTRIES // max(1, len(Y)))
-    buffer = reusable_buffer(height * len(Y))
+    width = min(STRIP, len(Y))
+    height = max(1, PIECE_ENTRIES // width)
+    buffer = reusable_buffer(height * width)
     budget, kept = _budget(cache_mb), []
-    for r in range(ref.n_chunks):
-        X_r, first_row = read_chunk(ref, r) - shift, ref.rows(r).start
-        for first in range(0, len(X_r), height):
-            rows = slice(first_row + first, first_row + min(first + height, len(X_r)))
-            piece = kernel_block(kernel, X_r[first : first + height], Y, buffer)
-            with _lock:
-                keep = kept is not None and _cache["bytes"] + piece.nbytes <= budget
-                if keep:
-                    _cache["bytes"] += piece.nbytes
-            if keep:
-                piece = piece.copy()
-                kept.append((rows, piece))
-            elif kept is not None:  # not all of it fits: give back what was taken
+    for first_candidate in range(0, len(Y), width):
+        columns = slice(first_candidate, min(first_candidate + width, len(Y)))
+        for r in range(ref.n_chunks):
+            X_r, first_row = read_chunk(ref, r) - shift, ref.rows(r).start
+            for first in range(0, len(X_r), height):
+                last = min(first + height, len(X_r))
+                rows = slice(first_row + first, first_row + last)
+                piece = kernel_block(kernel, X_r[first:last], Y[columns], buffer)
                 with _lock:
-                    _cache["bytes"] -= sum(p.nbytes for _, p in kept)
-                kept = None
-            yield rows, piece
+                    keep = kept is not None and _cache["bytes"] + piece.nbytes <= budget
+                    if keep:
+                        _cache["bytes"] += piece.nbytes
+                if keep:
+                    piece = piece.copy()
+                    kept.append((columns, rows, piece))
+                elif kept is not None:  # not all of it fits: give back what was taken
+                    with _lock:
+                        _cache["bytes"] -= sum(p.nbytes for _, _, p in kept)
+                    kept = None
+                yield columns, rows, piece
     if kept is not None:
         _cache["pieces"][key] = kept
+
+
+def _square_buffer():
+    """This thread's buffer for a piece's squares, reused across pieces."""
+    buffer = getattr(_squares, "value", None)
+    if buffer is None:
+        buffer = _squares.value = np.empty(PIECE_ENTRIES)
+    return buffer
 
 
 def left_product_chunk(ref, span, kernel, shift, V, cache_mb=0):
@@ -92,8 +112,8 @@ def left_product_chunk(ref, span, kernel, shift, V, cache_mb=0):
     (k, stop − start) for V of shape (k, N); their N × c block is visited in
     pieces, never formed whole."""
     out = np.zeros((len(V), span[1] - span[0]))
-    for rows, piece in _pieces(ref, span, kernel, shift, cache_mb):
-        out += V[:, rows] @ piece
+    for columns, rows, piece in _pieces(ref, span, kernel, shift, cache_mb):
+        out[:, columns] += V[:, rows] @ piece
     return out
 
 
@@ -101,8 +121,10 @@ def squared_norms_chunk(ref, span, kernel, shift, w2, cache_mb=0):
     """Worker task: Σ_n w²_n k(x_n, x_i)² for the candidates i in ``span``, the
     squared norms of the weighted kernel columns."""
     out = np.zeros(span[1] - span[0])
-    for rows, piece in _pieces(ref, span, kernel, shift, cache_mb):
-        out += w2[rows] @ np.square(piece)
+    square = _square_buffer()
+    for columns, rows, piece in _pieces(ref, span, kernel, shift, cache_mb):
+        squared = np.square(piece, out=square[: piece.size].reshape(piece.shape))
+        out[columns] += w2[rows] @ squared
     return out
 
 
