@@ -18,7 +18,19 @@ Everything is timed in the same run, and the rate is measured again after each
 phase, but on a shared machine the ratios are only as steady as the others'
 load; the load average is printed at the start and the end of the run.
 
-Measured (2026-11-24, 05:26-06:00 UTC, ``--n 30000 --chunk 2048 --no-left``,
+Measured on a quiet machine (2026-11-24, 07:37-07:44 UTC, ``--n 30000 --no-left
+--n-kpca 0 --n-sklearn 0``, two workers with memory_limit=2.5GB against the 7.2 GB
+Gram matrix; load average 0.4 at the start, 2.5 at the end, the other engineers
+reading code):
+
+- R = 116.6 GFLOP/s before the fit, 120.2 after it, 108.7 after the gradient;
+- fit with evidence: 97.9 s against a floor of 77.2 s (N³/3 at R), ratio 1.27
+  (1.29 at the mean of the rates before and after; target 1.5);
+- evidence and gradient at a new θ: 324.7 s against a floor of 231.6 s (N³ at
+  R), ratio 1.40 (1.38 at the mean of the bracketing rates; target 1.5).
+
+An earlier run on a loaded machine, kept for the scikit-learn comparison
+(2026-11-24, 05:26-06:00 UTC, ``--n 30000 --chunk 2048 --no-left``,
 two workers with memory_limit=2.5GB against the 7.2 GB Gram matrix). The machine
 was NOT quiet: four other engineers were running tests and benchmarks, the load
 average was 11.5 at the start and rose past 20 during the fit, so R was 19.9
