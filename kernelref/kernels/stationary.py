@@ -18,6 +18,8 @@ Reference: C. E. Rasmussen and C. K. I. Williams, *Gaussian Processes for
 Machine Learning* (GPML), MIT Press 2006, §4.2.
 """
 
+import abc
+
 import numpy as np
 from scipy.spatial.distance import cdist
 
@@ -84,9 +86,17 @@ class _Stationary(Kernel):
     def diag(self, X):
         return np.ones(len(as_2d(X)))
 
+    def _free(self, name):
+        return any(own == name for own, _ in self._own())
+
+
+class _Radial(_Stationary):
+    """Kernels k(r) of the scaled distance alone (Matérn, rational quadratic):
+    their length-scale gradients follow from the radial slope g(r)."""
+
+    @abc.abstractmethod
     def _radial_slope(self, r):
         """g(r) with ∂k/∂log ℓ_d = g(r) r_d² (and Σ_d r_d² = r² isotropically)."""
-        raise NotImplementedError
 
     def _length_scale_terms(self, X, r):
         if not self._free("length_scale"):
@@ -116,11 +126,8 @@ class _Stationary(Kernel):
             - 2.0 * np.einsum("ad,ad->d", M @ Xs, Xs)
         )
 
-    def _free(self, name):
-        return any(own == name for own, _ in self._own())
 
-
-class Matern(_Stationary):
+class Matern(_Radial):
     """Matérn kernel of order ν ∈ {½, 3/2, 5/2} (label ``kernel-matern``), with
     r of (kernel-scaled-distance):
 
@@ -182,7 +189,7 @@ class Matern(_Stationary):
         return self._length_scale_dot(X, W, self.distances(X))
 
 
-class RationalQuadratic(_Stationary):
+class RationalQuadratic(_Radial):
     """k = (1 + r²/(2α))^(−α), α > 0 (label ``kernel-rq``): a scale mixture of
     Gaussian kernels with Gamma-distributed inverse squared length scales; the
     Gaussian kernel exp(−r²/2) as α → ∞. ``length_scale`` may be an array (ARD;
