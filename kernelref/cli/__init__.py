@@ -130,7 +130,14 @@ def build_parser():
         help="a constructor parameter (repeat); values are JSON or text, a kernel "
         'is a spec {"class": ..., "params": ...}',
     )
-    p.add_argument("--backend", choices=("reference", "dask"), default="reference")
+    p.add_argument(
+        "--backend",
+        default="reference",
+        metavar="NAME",
+        help="reference (in this process, the default) or an installed backend: "
+        "dask (pip install 'kernelref[dask]'); backends register in the entry "
+        "point group kernelref.backends",
+    )
     p.add_argument("--store", metavar="DIR", help="the backend's store directory")
     p.add_argument(
         "--out", required=True, metavar="MODEL_FILE", help="where to save the model"

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 
 from kernelref import io
-from kernelref.cli import data, models, runtime
+from kernelref.cli import data, models, plugins, runtime
 from kernelref.cli.models import UsageError
 
 
@@ -281,8 +281,8 @@ def gram(args):
     from kernelref.kernels import make_kernel
 
     try:
-        from backends.dask.gram_store import GramStore
-    except ImportError:
+        GramStore = plugins.load("dask").GramStore
+    except UsageError:
         raise UsageError(
             "gram builds a Zarr store on Dask: pip install 'kernelref[dask]'."
         ) from None

@@ -1,8 +1,10 @@
 """Which estimator a model name means, and its parameters from ``NAME=VALUE``.
 
 The names are read off the library at run time — every estimator exported by
-``kernelref`` and ``kernelref.svm``, and for ``--backend dask`` the class of the
-same name in ``backends.dask`` — so a new estimator needs no code here.
+``kernelref`` and ``kernelref.svm``, and for ``--backend NAME`` the class of the
+same name that the backend registered as NAME offers (``kernelref.cli.plugins``:
+backends are found through entry points, never imported by name) — so a new
+estimator needs no code here.
 """
 
 import importlib
@@ -30,18 +32,14 @@ def reference_estimators():
     return found
 
 
-def backend_estimators():
-    """{name: class} of the estimators of ``backends.dask`` (empty if not installed)."""
+def backend_estimators(backend="dask"):
+    """{name: class} of the estimators of `backend` (empty if not installed)."""
+    from kernelref.cli import plugins  # here: plugins imports UsageError from us
+
     try:
-        module = importlib.import_module("backends.dask")
-    except ImportError:
+        return plugins.load(backend).estimators()
+    except UsageError:
         return {}
-    return {
-        name: getattr(module, name)
-        for name in module.__all__
-        if isinstance(getattr(module, name), type)
-        and issubclass(getattr(module, name), BaseEstimator)
-    }
 
 
 def estimator_class(name, backend="reference"):
@@ -66,11 +64,13 @@ def estimator_class(name, backend="reference"):
     name = cls.__name__
     if backend == "reference":
         return cls
-    available = backend_estimators()
+    from kernelref.cli import plugins
+
+    available = plugins.load(backend).estimators()  # a UsageError naming the fix
     if name not in available:
         raise UsageError(
-            f"backends.dask has no {name} (it has {sorted(available) or 'nothing installed'}); "
-            "use --backend reference, or install the dask extra: pip install 'kernelref[dask]'."
+            f"--backend {backend} has no {name} (it has {sorted(available)}); "
+            f"use --backend {plugins.REFERENCE} for {name}."
         )
     return available[name]
 

@@ -540,6 +540,22 @@ def test_bad_input_gets_a_clear_error_and_nonzero_exit(cli, tmp_path):
             2,
             "SVR keeps no store; drop --store or use --backend dask",
         ),
+        (
+            (
+                "fit",
+                "SVR",
+                "--data",
+                "train.csv",
+                "--target",
+                "target",
+                "--backend",
+                "spark",
+                "--out",
+                "x.krm",
+            ),
+            2,
+            "--backend spark: no backend of that name is installed",
+        ),
         (("svm-train", "-s", "7", "train.csv"), 2, "svm_type is 0 to 4"),
         (("svm-train", "-c", "ten", "train.csv"), 2, "-c takes a number; got 'ten'"),
         (("svm-train", "-x", "1", "train.csv"), 2, "unknown option -x"),
@@ -578,6 +594,19 @@ def test_help_has_examples(cli):
     assert code == 0 and "kernelref model file" in out and "-wi weight" in out
     code, out, _ = cli("fit", "--help")
     assert code == 0 and "--scheduler" in out and "--tls-ca-file" in out
+
+
+def test_backends_are_found_through_entry_points():
+    """--backend dask is the module registered in kernelref.backends (pyproject)."""
+    pytest.importorskip("distributed")
+    import backends.dask
+    from kernelref.cli import plugins
+
+    assert plugins.names()[0] == "reference" and "dask" in plugins.names()
+    dask = plugins.load("dask")
+    assert dask.GramStore is backends.dask.GramStore
+    assert dask.estimators()["SVC"] is backends.dask.SVC
+    assert models.estimator_class("svc", "dask") is backends.dask.SVC
 
 
 # -- progress ----------------------------------------------------------------------------

@@ -1,0 +1,25 @@
+"""The Dask backend as the ``kernelref`` command line finds it.
+
+``pyproject.toml`` registers this module in the entry point group
+``kernelref.backends`` under the name ``dask``; ``kernelref fit --backend dask``
+and ``kernelref gram`` load it from there (``kernelref.cli.plugins``), so
+kernelref names no backend and imports none until one is asked for (the arrows
+point from backends to kernelref). A backend offers ``estimators()`` and, if it
+builds Gram stores, ``GramStore``.
+"""
+
+import backends.dask as package
+from backends.dask.gram_store import GramStore
+from kernelref.base import BaseEstimator
+
+__all__ = ["GramStore", "estimators"]
+
+
+def estimators():
+    """{name: class} of the estimators ``backends.dask`` exports."""
+    found = {}
+    for name in package.__all__:
+        value = getattr(package, name)
+        if isinstance(value, type) and issubclass(value, BaseEstimator):
+            found[name] = value
+    return found
