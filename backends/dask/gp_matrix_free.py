@@ -30,7 +30,9 @@ every column). The solve runs on the shared runtime (``runtime.run_loop``):
 a Record per CG iteration, checkpoints in the fit store, resume; tasks read
 X from the store, so a worker lost mid-solve changes nothing. The
 preconditioner's rank may be "auto" (``cg.auto_pivoted_cholesky``). This is
-``backends.dask.GaussianProcessRegressor(solver="cg")`` (``fit_matrix_free``).
+``backends.dask.GaussianProcessRegressor(solver="cg")`` (``fit_matrix_free``);
+its ``fit_info_`` holds the estimates at the fitted θ with their standard
+errors, and its predictive variance is ``backends.dask.gp_variance``'s.
 
 Accuracy against the exact evidence and gradient (dense Cholesky) at N = 4000,
 D = 5, 1.0 * RBF(0.2), σ² = 0.05, rank 100, CG tol 1e-6; root-mean-square
@@ -74,6 +76,7 @@ from scipy.linalg import eigh_tridiagonal, qr
 
 from backends.dask import cg as _cg
 from backends.dask.blocks import kernel_block, reusable_buffer
+from backends.dask.gp_variance import check_predict_args
 from backends.dask.runtime import FitStore, map_chunks, run_loop
 from kernelref._validation import (
     check_integer,
@@ -89,6 +92,7 @@ __all__ = [
     "MatrixFreeEvidence",
     "TRACE_ESTIMATORS",
     "check_matrix_free_args",
+    "fit_info",
     "fit_matrix_free",
     "lanczos_tridiagonal",
     "nystrom_gp_mean",
@@ -413,6 +417,8 @@ def check_matrix_free_args(est):
             f"trace_estimator must be 'hutchinson' or 'hutch++'; "
             f"got {est.trace_estimator!r}."
         )
+    predict_tol = est.tol if est.predict_tol is None else est.predict_tol
+    check_predict_args(predict_tol, est.predict_batch)
 
 
 class EvaluationRecord:
@@ -445,12 +451,17 @@ class EvaluationRecord:
     def add(self, theta, value, gradient, evidence):
         p = len(theta)
         g = np.full(p, np.nan) if gradient is None else np.asarray(gradient, float)
+        g_error = np.full(p, np.nan) if gradient is None else evidence.gradient_std_error
         row = {
             "theta": theta,
             "value": value,
             "gradient": g,
             "logdet": evidence.logdet,
+            "logdet_std_error": evidence.logdet_std_error,
+            "gradient_std_error": g_error,
             "n_iter": evidence.n_iter,
+            "n_columns": evidence.n_columns,
+            "rank": evidence.rank_,
         }
         if self.r is None:
             self.r = {k: np.zeros((0,) + np.shape(v)) for k, v in row.items()}
@@ -475,6 +486,43 @@ def _evidence(est, kernel, eval_gradient):
     est.n_evaluations_ += 1
     record.add(theta, float(value), gradient, evidence)
     return out
+
+
+def _final_evaluation(est, kernel):
+    """Index in the record of the evidence and gradient at the fitted θ, with
+    α there: evaluated now unless the record holds both (an optimised or
+    resumed fit). The gradient costs one streamed round beside the solve."""
+    record, theta = est._record, kernel.theta
+    k = record.recorded(theta, True)
+    if k is not None and np.array_equal(record.r["alpha_theta"], theta):
+        return k
+    evidence = est._matrix_free
+    if evidence.alpha is None and record.r is not None:
+        evidence.alpha = record.r["alpha"]  # warm start as the interrupted fit did
+    value, gradient = evidence.evaluate(kernel, True)
+    est.n_evaluations_ += 1
+    record.add(theta, float(value), gradient, evidence)
+    return len(record.r["value"]) - 1
+
+
+def fit_info(est, r, k):
+    """``fit_info_``: the estimates at the fitted θ with their error bars
+    (standard errors of the probe averages), and what they cost."""
+    return {
+        "log_marginal_likelihood": float(r["value"][k]),
+        "log_marginal_likelihood_std_error": 0.5 * float(r["logdet_std_error"][k]),
+        "log_det": float(r["logdet"][k]),
+        "log_det_std_error": float(r["logdet_std_error"][k]),
+        "gradient": r["gradient"][k].copy(),
+        "gradient_std_error": r["gradient_std_error"][k].copy(),
+        "n_iter": int(r["n_iter"][k]),
+        "n_columns": int(r["n_columns"][k]),
+        "n_probes": int(est.n_probes),
+        "rank": int(r["rank"][k]),
+        "trace_estimator": est.trace_estimator,
+        "lanczos_steps": est.lanczos_steps,
+        "tol": float(est.tol),
+    }
 
 
 def _store_path(est):
@@ -550,34 +598,25 @@ def fit_matrix_free(est, X, y):
     est.n_evaluations_ = 0
     if est.optimizer is not None and kernel.theta.size:
         kernel = kernel.clone_with_theta(est._maximise_evidence(kernel, X, t, noise))
+    k = _final_evaluation(est, kernel)
     r = est._record.r
-    if r is not None and np.array_equal(r["alpha_theta"], kernel.theta):
-        k = est._record.recorded(kernel.theta, False)
-        alpha, lml = r["alpha"], float(r["value"][k])
-        logdet, n_iter = float(r["logdet"][k]), int(r["n_iter"][k])
-    else:
-        lml = float(_evidence(est, kernel, False))
-        alpha, logdet = est._matrix_free.alpha, est._matrix_free.logdet
-        n_iter = est._matrix_free.n_iter
-    est.kernel_, est._noise, est.alpha_ = kernel, noise, alpha
+    est.kernel_, est._noise, est.alpha_ = kernel, noise, r["alpha"]
     est._y_mean, est._y_std = y_mean, y_std
-    est.log_marginal_likelihood_value_ = lml
-    est.log_det_, est.n_iter_ = logdet, n_iter
+    est.fit_info_ = fit_info(est, r, k)
+    est.log_marginal_likelihood_value_ = est.fit_info_["log_marginal_likelihood"]
+    est.log_det_, est.n_iter_ = est.fit_info_["log_det"], est.fit_info_["n_iter"]
     est.n_resumed_ = est._record.n_resumed
     est.store_, est.fit_solver_ = str(store.path), "cg"
+    est._fit_store = store  # for the predictive variance (``gp_variance``)
     est.X_train_, est.y_train_ = X.copy(), t
     record_n_features(est, X)
     return est
 
 
-def predict_mean(est, X, return_std=False, return_cov=False):
+def predict_mean(est, X):
     """The predictive mean k*ᵀα (``gp-predictive-mean``) of a ``solver="cg"`` fit,
-    k(X*, X) formed ``PREDICT_ROWS`` test rows at a time."""
-    if return_std or return_cov:
-        raise NotImplementedError(
-            "a GaussianProcessRegressor fitted with solver='cg' predicts the mean only; "
-            "for return_std or return_cov fit with solver='cholesky' (the exact path)."
-        )
+    k(X*, X) formed ``PREDICT_ROWS`` test rows at a time. The variance is
+    ``gp_variance.predict``'s."""
     X = check_samples(X, est.kernel_, "X")
     check_n_features(X, est.n_features_in_)
     mean = np.concatenate(

@@ -23,6 +23,7 @@ import numpy as np
 from scipy.linalg import LinAlgError
 
 from backends.dask import gp_matrix_free as matrix_free
+from backends.dask import gp_variance
 from backends.dask.cluster import get_client
 from backends.dask.gp.common import (
     ClusterFitMixin,
@@ -81,12 +82,19 @@ class GaussianProcessRegressor(ClusterFitMixin, ReferenceGaussianProcessRegresso
         "cholesky" (default): the exact path above. "cg": matrix-free
         (``backends.dask.gp_matrix_free``): CG with a pivoted-Cholesky
         preconditioner, log|K + σ²I| by stochastic Lanczos quadrature, gradient
-        traces by probes; RBF or c·RBF kernels, one target, predictive mean only.
+        traces by probes; RBF or c·RBF kernels, one target; the predictive
+        variance by block CG (``backends.dask.gp_variance``).
     n_probes, lanczos_steps, tol, rank, max_iter, probe_seed, trace_estimator
         The matrix-free path's settings (``solver="cg"`` only): random probes
         (≥ 2), Lanczos steps of the quadrature (None: every CG step), CG relative
         residual, preconditioner rank (int or "auto"), CG iteration cap, seed of
         the probes, and "hutchinson" or "hutch++" for the gradient's traces.
+    predict_tol, predict_batch
+        ``solver="cg"`` only: the CG relative residual of the predictive
+        variance's solve (None: ``tol``; each variance is then an upper bound
+        too large by at most (predict_tol·‖k*‖)²/σ²), and the test points solved
+        together (None: as many as keep the CG state near 256 MiB; return_cov
+        solves all test points at once, so at most this many).
 
     Attributes
     ----------
@@ -95,6 +103,13 @@ class GaussianProcessRegressor(ClusterFitMixin, ReferenceGaussianProcessRegresso
         the lower Cholesky factor of K + σ²I (that of K/σ² + I is factor_/σ).
     n_evaluations_, n_resumed_ : int
         Evidence evaluations computed in this fit, and replayed from the store.
+    fit_info_ : dict (``solver="cg"`` only)
+        The estimates at the fitted θ and their error bars (standard errors of
+        the probe averages): ``log_marginal_likelihood`` (and ``_std_error``),
+        ``log_det`` (and ``_std_error``), ``gradient`` (and ``_std_error``),
+        with ``n_iter`` (CG iterations), ``n_columns`` (right-hand sides),
+        ``n_probes``, ``rank`` (the preconditioner's), ``trace_estimator``,
+        ``lanczos_steps`` and ``tol``.
     """
 
     def __init__(
@@ -118,6 +133,8 @@ class GaussianProcessRegressor(ClusterFitMixin, ReferenceGaussianProcessRegresso
         max_iter=1000,
         probe_seed=0,
         trace_estimator="hutchinson",
+        predict_tol=None,
+        predict_batch=None,
     ):
         super().__init__(
             kernel=kernel,
@@ -136,6 +153,8 @@ class GaussianProcessRegressor(ClusterFitMixin, ReferenceGaussianProcessRegresso
         self.max_iter = max_iter
         self.probe_seed = probe_seed
         self.trace_estimator = trace_estimator
+        self.predict_tol = predict_tol
+        self.predict_batch = predict_batch
 
     _transient = ("_fit", "_matrix_free", "_record")
 
@@ -227,7 +246,7 @@ class GaussianProcessRegressor(ClusterFitMixin, ReferenceGaussianProcessRegresso
         if not hasattr(self, "kernel_"):
             return super().predict(X, return_std=return_std, return_cov=return_cov)
         if getattr(self, "fit_solver_", "cholesky") == "cg":
-            return matrix_free.predict_mean(self, X, return_std, return_cov)
+            return gp_variance.predict(self, X, return_std, return_cov)
         if return_std and return_cov:
             raise ValueError(
                 "ask for return_std or return_cov, not both; "
