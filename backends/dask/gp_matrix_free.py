@@ -451,7 +451,9 @@ class EvaluationRecord:
     def add(self, theta, value, gradient, evidence):
         p = len(theta)
         g = np.full(p, np.nan) if gradient is None else np.asarray(gradient, float)
-        g_error = np.full(p, np.nan) if gradient is None else evidence.gradient_std_error
+        g_error = (
+            np.full(p, np.nan) if gradient is None else evidence.gradient_std_error
+        )
         row = {
             "theta": theta,
             "value": value,
