@@ -25,6 +25,7 @@ import numpy as np
 
 from backends.dask.blocks import kernel_block
 from backends.dask.cluster import get_client
+from backends.dask.estimator_args import check_backend_args, refuse_precomputed
 from backends.dask.runtime import FitStore, map_chunks, read_chunk, run_loop
 from kernelref._validation import check_integer, record_n_features
 from kernelref.kpca import NEGATIVE_EIGENVALUE_RATIO, ZERO_EIGENVALUE_RATIO
@@ -199,11 +200,7 @@ class KernelPCA(ReferenceKernelPCA):
     )
 
     def _check_backend(self, n):
-        if isinstance(self.kernel, str) and self.kernel == "precomputed":
-            raise ValueError(
-                "backends.dask.KernelPCA does not take kernel='precomputed': a Gram "
-                "matrix in memory is decomposed by kernelref.kpca.KernelPCA."
-            )
+        refuse_precomputed(self, "kernelref.kpca")
         if self.n_components is None:
             raise ValueError(
                 "n_components must be an integer for backends.dask.KernelPCA (all "
@@ -212,7 +209,7 @@ class KernelPCA(ReferenceKernelPCA):
         if self.block_size is not None:
             check_integer(self.block_size, "block_size", meaning="Columns per block.")
         check_integer(self.max_passes, "max_passes", meaning="It caps the passes.")
-        check_integer(self.chunk_size, "chunk_size", meaning="Rows per chunk.")
+        check_backend_args(self, chunk_meaning="It is rows per chunk.")
         if (
             isinstance(self.tol, bool)
             or not isinstance(self.tol, numbers.Real)

@@ -24,7 +24,6 @@ is one the caller already holds in memory, which the reference solves directly.
 """
 
 import numbers
-import os
 import pathlib
 import shutil
 import tempfile
@@ -35,6 +34,7 @@ from backends.dask import cg as _cg
 from backends.dask import ridge_iterative as _iterative
 from backends.dask.blocks import lower_blocks, n_blocks
 from backends.dask.cluster import get_client
+from backends.dask.estimator_args import check_backend_args, refuse_precomputed
 from backends.dask.gram_store import COMPRESSORS, GramStore
 from backends.dask.integrity import damaged_chunks
 from backends.dask.linalg import create_factor, tiled_cho_solve, tiled_cholesky
@@ -157,11 +157,7 @@ class KernelRidge(ReferenceKernelRidge):
 
     def _validate_backend(self):
         """Check the backend's own arguments, before any data is touched."""
-        if isinstance(self.kernel, str) and self.kernel == "precomputed":
-            raise ValueError(
-                "backends.dask.KernelRidge does not take kernel='precomputed': a precomputed "
-                "Gram matrix is already in memory, so solve it with kernelref.ridge.KernelRidge."
-            )
+        refuse_precomputed(self, "kernelref.ridge")
         _check_choice(self.solver, "solver", SOLVERS)
         _check_choice(self.preconditioner, "preconditioner", PRECONDITIONERS)
         _check_choice(self.centres, "centres", CENTRE_SAMPLINGS)
@@ -170,18 +166,7 @@ class KernelRidge(ReferenceKernelRidge):
             "n_centres",
             meaning="It is the number of Nyström centres M.",
         )
-        if not (
-            self.progress is None or self.progress is False or callable(self.progress)
-        ):
-            raise TypeError(
-                "progress must be None (a bar on a terminal), False or a callable "
-                f"receiving a Record; got {self.progress!r}."
-            )
-        if not isinstance(self.resume, bool):
-            raise TypeError(f"resume must be True or False; got {self.resume!r}.")
-        check_integer(
-            self.chunk_size, "chunk_size", meaning="It is the edge of the Gram tiles."
-        )
+        check_backend_args(self, chunk_meaning="It is the edge of the Gram tiles.")
         _cg.check_rank(self.rank)
         if self.rank == "auto" and self.preconditioner != "pivoted_cholesky":
             raise ValueError(
@@ -194,18 +179,9 @@ class KernelRidge(ReferenceKernelRidge):
         )
         if tol >= 1:
             raise ValueError(f"tol must be < 1 (a relative residual); got {tol!r}.")
-        if self.store is not None and not isinstance(self.store, (str, os.PathLike)):
-            raise TypeError(
-                f"store must be a directory path or None; got {self.store!r}."
-            )
         if self.compressor not in COMPRESSORS:
             raise ValueError(
                 f"compressor must be one of {COMPRESSORS}; got {self.compressor!r}."
-            )
-        if self.address is not None and not isinstance(self.address, str):
-            raise TypeError(
-                f"address must be a scheduler address string or None; "
-                f"got {self.address!r}."
             )
         seed = self.random_state
         if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from backends.dask.estimator_args import check_progress
 from kernelref._validation import check_integer
 
 __all__ = [
@@ -487,11 +488,7 @@ class Progress:
     """
 
     def __init__(self, progress, description, measure_name="measure", size_name="size"):
-        if not (progress is None or isinstance(progress, bool) or callable(progress)):
-            raise TypeError(
-                "progress must be None (a bar on a terminal), False (silent) or a "
-                f"callable receiving a Record; got {progress!r}."
-            )
+        check_progress(progress)
         self.callback = (
             progress if callable(progress) and progress is not True else None
         )

@@ -13,13 +13,12 @@ the record, and reaches the same hyperparameters as an uninterrupted one.
 that a pickled model carries no handle on a running fit.
 """
 
-import json
-import os
-
 import numpy as np
 import zarr
 
+from backends.dask import estimator_args
 from backends.dask.cluster import get_client
+from backends.dask.estimator_args import kernel_identity
 from backends.dask.gp.tiles import (
     CrossRhs,
     forward_norms,
@@ -35,7 +34,6 @@ from backends.dask.linalg import (
     tiled_cholesky,
 )
 from backends.dask.runtime import FitStore, Progress, map_chunks
-from kernelref._validation import check_integer
 
 __all__ = [
     "ClusterFitMixin",
@@ -49,28 +47,9 @@ __all__ = [
 
 
 def check_backend_args(estimator):
-    """Check ``store, chunk_size, address, resume`` before any work."""
-    check_integer(estimator.chunk_size, "chunk_size", meaning="It is the tile edge.")
-    if estimator.store is not None and not isinstance(
-        estimator.store, (str, os.PathLike)
-    ):
-        raise TypeError(
-            f"store must be a directory path or None; got {estimator.store!r}."
-        )
-    if estimator.address is not None and not isinstance(estimator.address, str):
-        raise TypeError(
-            "address must be a scheduler address string or None; "
-            f"got {estimator.address!r}."
-        )
-    if not isinstance(estimator.resume, bool):
-        raise TypeError(f"resume must be True or False; got {estimator.resume!r}.")
-
-
-def kernel_identity(kernel):
-    """The kernel's spec as JSON reads it back."""
-    return json.loads(
-        json.dumps(kernel.spec(), default=lambda v: np.asarray(v).tolist())
-    )
+    """Check ``store, chunk_size, address, progress, resume`` before any work
+    (``estimator_args``; here ``chunk_size`` is the tile edge)."""
+    estimator_args.check_backend_args(estimator, chunk_meaning="It is the tile edge.")
 
 
 class ClusterFitMixin:

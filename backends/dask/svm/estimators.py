@@ -23,7 +23,11 @@ import warnings
 import numpy as np
 
 from backends.dask.cluster import get_client
-from backends.dask.gram_store import kernel_spec
+from backends.dask.estimator_args import (
+    check_backend_args,
+    fit_identity,
+    refuse_precomputed,
+)
 from backends.dask.runtime import FitStore, run_loop
 from backends.dask.svm.decomposition import BlockDecomposition
 from backends.dask.svm.tasks import solve_part
@@ -35,9 +39,9 @@ from kernelref.svm.solver import Solution
 
 __all__ = ["SVC", "SVR", "NuSVC", "NuSVR", "OneClassSVM"]
 
-#: Backend arguments that change how a fit runs, not what it computes: a
-#: store may be resumed with other values of these.
-OPERATIONAL = ("store", "address", "progress", "resume", "max_iter", "cache_size")
+#: Arguments besides ``estimator_args.OPERATIONAL`` that change how a fit runs,
+#: not what it computes: a store may be resumed with other values of these.
+OPERATIONAL = ("max_iter", "cache_size")
 
 #: Kernels of ‖x − x′‖ only: their blocks are computed on centred data.
 STATIONARY = ("RBF", "Laplacian", "ARD")
@@ -72,13 +76,7 @@ class _DaskSVM:
     """The backend's half of the five machines (a mixin before the reference)."""
 
     def _validate_backend(self):
-        if isinstance(self.kernel, str) and self.kernel == "precomputed":
-            raise ValueError(
-                f"backends.dask.{type(self).__name__} does not take kernel='precomputed': "
-                "a precomputed Gram matrix is already in memory, so fit it with "
-                f"kernelref.svm.{type(self).__name__}."
-            )
-        check_integer(self.chunk_size, "chunk_size", meaning="It is rows per task.")
+        refuse_precomputed(self, "kernelref.svm")
         check_integer(
             self.working_set_size,
             "working_set_size",
@@ -91,29 +89,7 @@ class _DaskSVM:
             low=2,
             meaning="QPs on more samples are split into parts of this size.",
         )
-        if (
-            self.store is not None
-            and not isinstance(self.store, (str, bytes))
-            and not (hasattr(self.store, "__fspath__"))
-        ):
-            raise TypeError(
-                f"store must be a directory path or None; got {self.store!r}."
-            )
-        if not isinstance(self.resume, (bool, np.bool_)):
-            raise TypeError(f"resume must be True or False; got {self.resume!r}.")
-        if not (
-            self.progress is None
-            or isinstance(self.progress, bool)
-            or callable(self.progress)
-        ):
-            raise TypeError(
-                "progress must be None (a bar on a terminal), False or a callable "
-                f"receiving a Record; got {self.progress!r}."
-            )
-        if self.address is not None and not isinstance(self.address, str):
-            raise TypeError(
-                f"address must be a scheduler address or None; got {self.address!r}."
-            )
+        check_backend_args(self, chunk_meaning="It is rows per task.")
 
     def fit(self, X, y=None, sample_weight=None):
         """Fit as the reference does, each QP solved on the cluster."""
@@ -154,15 +130,8 @@ class _DaskSVM:
         return solutions
 
     def _identity(self, qps):
-        params = {
-            k: v for k, v in self.get_params(deep=False).items() if k not in OPERATIONAL
-        }
-        # A kernel object is recorded by its spec, below.
-        params["kernel"] = params["kernel"] if isinstance(params["kernel"], str) else ""
         return {
-            "estimator": type(self).__name__,
-            "params": {k: repr(v) for k, v in sorted(params.items())},
-            "kernel": kernel_spec(self.kernel_),
+            **fit_identity(self, self.kernel_, OPERATIONAL),
             "problems": [_qp_digest(qp) for qp in qps],
         }
 
