@@ -55,7 +55,19 @@ def friedman20(n, seed=0):
     return X, f + rng.normal(0, f.std() / 3, size=n), 1 / 40
 
 
-PROBLEMS = {"sinc": sinc, "friedman20": friedman20}
+def sinc20(n, seed=0):
+    """Tipping's sinc seen through 20 noisy inputs: a latent z ~ U(−10, 10) along
+    a random direction of R²⁰, plus N(0, 0.3²) in every input; targets sinc(z)
+    with noise 0.1; Tipping's γ = 1/18."""
+    rng = np.random.default_rng(seed)
+    z = rng.uniform(-10, 10, size=n)
+    direction = rng.normal(size=20)
+    X = np.outer(z, direction / np.linalg.norm(direction))
+    X += 0.3 * rng.normal(size=(n, 20))
+    return X, np.sinc(z / np.pi) + rng.normal(0, 0.1, size=n), 1 / 18
+
+
+PROBLEMS = {"sinc": sinc, "friedman20": friedman20, "sinc20": sinc20}
 
 
 def peak_memory():
@@ -94,10 +106,18 @@ def cluster(n_workers):
     return local, Client(local)
 
 
-def fit_backend(X, t, gamma, client, chunk_size=2048, cache_mb=1024):
+def fit_backend(
+    X, t, gamma, client, chunk_size=2048, cache_mb=1024, beta_schedule="auto"
+):
     from backends.dask import RVR
 
-    model = RVR(gamma=gamma, chunk_size=chunk_size, progress=False, cache_size=cache_mb)
+    model = RVR(
+        gamma=gamma,
+        chunk_size=chunk_size,
+        progress=False,
+        cache_size=cache_mb,
+        beta_schedule=beta_schedule,
+    )
     model.set_params(address=client.scheduler.address)
     tick = time.perf_counter()
     model.fit(X, t)
@@ -146,13 +166,13 @@ def compare(n):
     )
 
 
-def scale_run(problem, n, cache_mb):
+def scale_run(problem, n, cache_mb, beta_schedule="auto"):
     """One fit at scale on the embedded cluster, against the floors."""
     X, t, gamma = PROBLEMS[problem](n)
     local, client = cluster(2)
     with local, client:
         per_entry = np.mean(list(client.run(entry_cost).values()))
-        model, seconds = fit_backend(X, t, gamma, client, 4096, cache_mb)
+        model, seconds = fit_backend(X, t, gamma, client, 4096, cache_mb, beta_schedule)
         peaks = sorted(client.run(peak_memory).values())
     info = model.fit_info_
     m = len(model.alpha_)
@@ -164,8 +184,15 @@ def scale_run(problem, n, cache_mb):
         Psi.T @ w
     product_floor = (time.perf_counter() - tick) / 10
     client_seconds = seconds - info["pass_seconds"]
-    print(f"{problem}, N = {n}, γ = {gamma:g}, two workers, cache {cache_mb} MB each")
+    print(
+        f"{problem}, N = {n}, γ = {gamma:g}, β schedule {beta_schedule!r}, two "
+        f"workers, cache {cache_mb} MB each"
+    )
     print(describe("backend", model, seconds))
+    print(
+        f"  {info['additions']} additions along new directions; "
+        f"{info['gram_rows']} Gram rows formed for them"
+    )
     print(
         f"  {info['passes']} streamed passes, {info['pass_seconds']:.1f} s: "
         f"{info['pass_seconds'] / info['passes']:.2f} s each against a floor of "
@@ -190,6 +217,12 @@ def main(argv=None):
         "--problems", nargs="*", default=["sinc", "friedman20"], choices=PROBLEMS
     )
     parser.add_argument(
+        "--schedule",
+        default="auto",
+        choices=["auto", "update", "hold", "both"],
+        help="the β schedule of the scale runs",
+    )
+    parser.add_argument(
         "--cache-mb",
         type=float,
         default=1024,
@@ -202,7 +235,7 @@ def main(argv=None):
     peaks = {}
     for problem in args.problems:
         for n in args.scale_n:
-            peaks[problem, n] = max(scale_run(problem, n, args.cache_mb))
+            peaks[problem, n] = max(scale_run(problem, n, args.cache_mb, args.schedule))
     if peaks:
         print(
             "worker peak memory against N (no worker holds N × N; the cache "

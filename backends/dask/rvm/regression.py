@@ -61,8 +61,9 @@ class RVR(ReferenceRVR):
     Attributes
     ----------
     As ``kernelref.rvm.RVR``, and ``fit_info_``: the streamed passes over the
-    kernel (``passes``), the seconds they took (``pass_seconds``) and the Gram
-    rows they formed for additions (``gram_rows``, ``prefetch`` per pass);
+    kernel (``passes``), the seconds they took (``pass_seconds``), the
+    additions along new directions (``additions``) and the Gram rows the
+    passes formed for them (``gram_rows``);
     ``store_``, the fit store's path (None if temporary).
     """
 
