@@ -150,6 +150,59 @@ def test_rvr_equals_reference(params, client):
     assert_same_model(backend, ref, X, alpha_rtol=max(RTOL, 100 * floor))
 
 
+def sinc20(n, seed=0):
+    """Sinc along a random direction of R²⁰, 0.3 noise in every input: the
+    held-β-free schedule adds many basis functions, most of them ranked ahead."""
+    rng = np.random.default_rng(seed)
+    z = rng.uniform(-10, 10, size=n)
+    direction = rng.normal(size=20)
+    X = np.outer(z, direction / np.linalg.norm(direction))
+    X += 0.3 * rng.normal(size=(n, 20))
+    return X, np.sinc(z / np.pi) + rng.normal(0, 0.1, size=n)
+
+
+def test_gram_rows_are_those_of_phi_and_independent_of_their_batch(client):
+    from backends.dask.runtime import FitStore
+    from backends.dask.rvm.design import StreamedDesign
+    from kernelref.kernels import RBF
+
+    X, _ = sinc20(700)
+    kernel = RBF(1 / 18)
+    store = FitStore.prepare(None, X, identity={"t": 1}, chunk_size=200, client=client)
+    try:
+        designs = [
+            StreamedDesign(X, X.mean(axis=0), kernel, True, store, client)
+            for _ in range(2)
+        ]
+        designs[0].expect([9, 3, 400, 12])  # row 3 shares its pass with others
+        batched, alone = designs[0].gram_row(3), designs[1].gram_row(3)
+        assert designs[0].counts["gram_rows"] == 4
+        assert designs[1].counts["gram_rows"] == 1
+        passes = designs[0].counts["passes"]
+        designs[0].gram_row(400)  # kept from the first pass
+        assert designs[0].counts["passes"] == passes
+    finally:
+        store.remove_if_temporary()
+    np.testing.assert_array_equal(batched, alone)  # bit for bit: resumes agree
+    Phi = design_matrix(kernel, X, X, True)
+    Phi /= np.linalg.norm(Phi, axis=0)
+    np.testing.assert_allclose(alone, Phi[:, 3] @ Phi, rtol=1e-12, atol=1e-13)
+
+
+def test_prefetched_rows_save_passes_and_keep_the_model(client):
+    X, t = sinc20(600)
+    params = dict(gamma=1 / 18, beta_schedule="update")
+    ref = reference.RVR(**params).fit(X, t)
+    backend = dask_rvm.RVR(
+        chunk_size=150, progress=False, address=client.scheduler.address, **params
+    ).fit(X, t)
+    info = backend.fit_info_
+    # norms and Φᵀt take two passes; the additions took fewer than one each
+    assert info["additions"] > 10
+    assert info["passes"] - 2 < info["additions"] / 2
+    assert_same_model(backend, ref, X, max(RTOL, 100 * rounding_sensitivity(ref, X, t)))
+
+
 def test_zarr_and_dask_input_give_the_numpy_model(client, tmp_path):
     X, t = sinc(600, seed=2)
     numpy_model = dask_rvm.RVR(
