@@ -12,6 +12,11 @@ Parts (``--part``, default ``product``):
 - ``nystrom``: ``KernelRidge(solver="nystrom")`` at N = 1 000 000, D = 20,
   M = 10 000; test error against an exact solve on a subsample, and the time
   per CG iteration against the floor for computing the K_NM blocks.
+- ``falkon``: why CG on ``falkon-system`` needed so many iterations there,
+  at N = 100 000 with dense M × M algebra on the client (no cluster):
+  cond(BᵀHB), CG iterations and test error for FALKON's preconditioner and the
+  sketched one (``backends.dask.nystrom``), against M (``--ms``) and λ/N
+  (``--lams``).
 
 The machine may be shared: every ratio is of things measured in one run.
 
@@ -27,6 +32,16 @@ work, so absolute times are several times a quiet machine's):
   (relative residual 0.054): 1010 s in all; 64.4 s per iteration against a
   K_NM floor of 56.2 s (ratio 1.15); test RMSE 0.185 against 0.217 for exact
   ridge on a 10 000-point subsample (noise standard deviation 0.1).
+  Why it was capped: with FALKON's preconditioner CG needs 67–75 iterations
+  to 1e-6 at λ/N = 1e-6 (``falkon`` part, N = 100 000, M = 1000 and 2000:
+  cond(BᵀHB) 216 and 289), about 1.5 h at 64 s each. FALKON estimates
+  K_NMᵀK_NM on the centres' own rows, biased where M centres cannot resolve
+  the kernel at the scale λ/N (Nyström's leftover variance 0.21–0.28 ≫ 1e-6).
+  Estimated on 4M other rows (``SketchedPreconditioner``, now the default):
+  cond 9.1 and 8.5, 20 iterations, the same test error. Not yet rerun at
+  N = 10⁶ (it takes the whole machine): ``python -m benchmarks.bench_dask_cg
+  --part nystrom`` (tol 1e-6, max_iter 1000; prints cond(BᵀHB) ≥ CG's
+  Lanczos estimate).
 - cg50k, N = 50 000, rank 1000, tol 1e-6: 70 iterations, 639 s in all with the
   client's preconditioner, progress printed every 10 iterations (9.1 s per
   iteration against a product floor of 7.7 s). Before: unfinished after 25 min.
@@ -182,7 +197,8 @@ def part_nystrom(client, args):
     print(
         f"Nystrom ridge N={n}, M={m}: {model.n_iter_} iterations, {elapsed:.0f} s in "
         f"all; {per_iteration:.1f} s per iteration, K_NM floor {floor:.1f} s, ratio "
-        f"{per_iteration / floor:.2f}"
+        f"{per_iteration / floor:.2f}; cond(B'HB) >= "
+        f"{model.condition_estimate_:.3g} (CG's Lanczos estimate)"
     )
     print(
         f"  test RMSE {rmse:.4f}; exact ridge on a {sub}-point subsample "
@@ -190,31 +206,99 @@ def part_nystrom(client, args):
     )
 
 
+def part_falkon(client, args):
+    """Why FALKON's CG stalls at small λ/N: cond(BᵀHB), CG iterations and test
+    error with FALKON's preconditioner and the sketched one (``nystrom``),
+    against λ and M, on the client with dense M × M matrices."""
+    import warnings
+
+    from scipy.linalg import solve_triangular
+
+    from backends.dask import nystrom
+
+    n, kernel = args.n, RBF(gamma=0.05)
+    X, y = data(n, 20)
+    X_test, y_test = data(2000, 20, seed=1)
+    rng = np.random.default_rng(0)
+    print(f"FALKON conditioning, N={n}, D=20, gamma=0.05 (uniform centres)")
+    for m in args.ms:
+        index = np.sort(rng.choice(n, size=m, replace=False))
+        C = X[index]
+        K_MM = kernel(C)
+        T = np.linalg.cholesky(K_MM + nystrom.JITTER * np.eye(m))
+        G, b, leftover = np.zeros((m, m)), np.zeros(m), 0.0
+        for s in range(0, n, 8192):  # K_NMᵀK_NM, K_NMᵀt, Nyström's leftover variance
+            K = kernel(X[s : s + 8192], C)
+            G += K.T @ K
+            b += K.T @ y[s : s + 8192]
+            Z = solve_triangular(T, K.T, lower=True, check_finite=False)
+            leftover += np.sum(1.0 - np.einsum("ij,ij->j", Z, Z))
+        leftover /= n  # mean of k(x, x) − k_xMᵀK_MM⁻¹k_Mx over the data
+        print(f"M={m}: mean Nystrom leftover variance {leftover:.2e}")
+        K_test = kernel(X_test, C)
+        X_S = X[nystrom.sketch_rows(n, index, 0)]
+        for lam_per_point in args.lams:
+            lam = lam_per_point * n
+            H = G + lam * K_MM
+            start = time.perf_counter()
+            falkon = nystrom.FalkonPreconditioner(K_MM, n, lam)
+            built = {"FALKON": time.perf_counter() - start}
+            start = time.perf_counter()
+            sketched = nystrom.SketchedPreconditioner(kernel, X_S, C, K_MM, n, lam)
+            built["sketched"] = time.perf_counter() - start
+            for name, P in (("FALKON", falkon), ("sketched", sketched)):
+                BHB = P.B_T(P.B_T(H).T)
+                w = np.linalg.eigvalsh(0.5 * (BHB + BHB.T))
+                report = []
+                for tol in (1e-3, 1e-6):
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        run = cg.conjugate_gradients(
+                            lambda V: BHB @ V, P.B_T(b), 0.0, tol=tol, max_iter=3000
+                        )
+                    rmse = np.sqrt(np.mean((K_test @ P.B(run.a) - y_test) ** 2))
+                    report.append(f"{run.n_iter} to {tol:g} (test RMSE {rmse:.4f})")
+                print(
+                    f"  lam/N={lam_per_point:.0e} {name:8s} (built in "
+                    f"{built[name]:.1f} s): eig(B'HB) {w[0]:.2e}..{w[-1]:.2e}, cond "
+                    f"{w[-1] / w[0]:.3g}; CG iterations {', '.join(report)}",
+                    flush=True,
+                )
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument(
         "--part",
         default="product",
-        choices=["product", "cg50k", "nystrom"],
+        choices=["product", "cg50k", "nystrom", "falkon"],
     )
     parser.add_argument("--n", type=int, default=None)
     parser.add_argument("--m", type=int, default=10000)
     parser.add_argument("--rank", type=int, default=100)
     parser.add_argument("--tol", type=float, default=1e-6)
     parser.add_argument("--max-iter", type=int, default=1000)
+    parser.add_argument("--ms", type=int, nargs="+", default=[1000, 2000, 4000])
+    parser.add_argument(
+        "--lams", type=float, nargs="+", default=[1e-6, 1e-5, 1e-4, 1e-3]
+    )
     args = parser.parse_args(argv)
     defaults = {
         "product": 10000,
         "cg50k": 50000,
         "nystrom": 1000000,
+        "falkon": 100000,
     }
     args.n = args.n or defaults[args.part]
-    client = get_client()
-    print(f"workers: {len(client.scheduler_info()['workers'])}")
+    client = None
+    if args.part != "falkon":  # the falkon part is dense algebra on the client
+        client = get_client()
+        print(f"workers: {len(client.scheduler_info()['workers'])}")
     parts = {
         "product": part_product,
         "cg50k": part_cg50k,
         "nystrom": part_nystrom,
+        "falkon": part_falkon,
     }
     parts[args.part](client, args)
 

@@ -2,8 +2,9 @@
 
 - ``fit_cg``: preconditioned conjugate gradients for (K + λI) a = t
   (``ridge-dual-solution``), products with K streamed from the fit store;
-- ``fit_nystrom``: Nyström kernel ridge with the FALKON preconditioner
-  (``backends.dask.nystrom``), products with K_NMᵀK_NM streamed.
+- ``fit_nystrom``: Nyström kernel ridge, FALKON's system preconditioned by
+  K_NMᵀK_NM estimated on rows that are not centres (``backends.dask.nystrom``
+  ``SketchedPreconditioner``), products with K_NMᵀK_NM streamed.
 
 Both put X and t in a ``runtime.FitStore`` (so tasks lost with a worker are
 recomputed), run under ``runtime.run_loop`` (progress, checkpoints of the CG
@@ -114,15 +115,22 @@ def fit_nystrom(est, X, t, lam, kernel, client):
         lam,
         client,
         "nystrom",
-        {"n_centres": m, "centres": est.centres, "random_state": int(est.random_state)},
+        {
+            "n_centres": m,
+            "centres": est.centres,
+            "random_state": int(est.random_state),
+            "preconditioner": f"sketched-{_nystrom.SKETCH_ROWS_PER_CENTRE}",
+        },
     )
     shift = _cg.kernel_shift(kernel, X)
     index = _nystrom.select_centres(
         client, store, kernel, shift, lam, m, est.centres, est.random_state
     )
-    C = X[index]
+    C, K_MM = X[index], kernel(X[index])
+    S = _nystrom.sketch_rows(len(X), index, est.random_state)
+    P = _nystrom.SketchedPreconditioner(kernel, X[S], C, K_MM, len(X), lam)
     fit = _nystrom.FalkonFit(
-        client, store, kernel, shift, C, kernel(C), lam, t.shape, est.tol, est.max_iter
+        client, store, kernel, shift, C, K_MM, lam, t.shape, est.tol, est.max_iter, P
     )
     state, _ = run_loop(
         fit,
@@ -134,4 +142,7 @@ def fit_nystrom(est, X, t, lam, kernel, client):
     beta, n_iter = fit.beta(state)
     est.fit_store_ = str(store.path)
     est.centre_indices_ = index
+    # a lower bound of cond(BᵀHB) from CG's Lanczos coefficients: large when
+    # the M centres cannot resolve the kernel at the scale λ/N (``falkon-system``)
+    est.condition_estimate_ = fit.condition_estimate(state)
     return C, beta, n_iter
