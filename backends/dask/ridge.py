@@ -14,9 +14,10 @@ state (``dual_coef_``, ``X_fit_``, ``kernel_``, ``n_features_in_``), so
   computed from kernel blocks streamed on the workers; nothing of size N² is
   stored (``backends.dask.cg``). X and t go into a fit store; the loop reports
   progress, checkpoints its vectors and resumes (``backends.dask.ridge_iterative``).
-- ``solver="nystrom"``: Nyström kernel ridge on ``n_centres`` centres with the
-  FALKON preconditioner (``backends.dask.nystrom``); ``X_fit_`` holds the
-  centres and ``dual_coef_`` their coefficients β.
+- ``solver="nystrom"``: Nyström kernel ridge on ``n_centres`` centres, FALKON's
+  system preconditioned by K_NMᵀK_NM estimated on 4·M rows that are not
+  centres (``backends.dask.nystrom``); ``X_fit_`` holds the centres and
+  ``dual_coef_`` their coefficients β.
 
 X (N × D) must fit in the client's memory; the N × N Gram matrix need not fit
 in any worker's. ``kernel="precomputed"`` is refused: a precomputed Gram matrix
@@ -113,6 +114,9 @@ class KernelRidge(ReferenceKernelRidge):
     centre_indices_ : ndarray
         Rows of X chosen as Nyström centres (``solver="nystrom"``; ``X_fit_`` is
         X[centre_indices_]).
+    condition_estimate_ : float
+        A lower bound of the preconditioned system's condition number, from the
+        CG run's own Lanczos coefficients (``solver="nystrom"``).
     """
 
     def __init__(
