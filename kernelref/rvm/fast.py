@@ -784,7 +784,9 @@ def delete_basis_function(model, j, alignment_max):
     refactorisation (`refresh`) drops it. The alignments with j are recomputed."""
     alpha_j, S_j = float(model.alpha[j]), float(model.S[j])
     s_j = alpha_j * S_j / (alpha_j - S_j)  # (rvm-sq)
-    v, kappa, G = delete_step(model.Psi, model.G, model.beta, model.Psi[:, j], alpha_j, s_j)
+    v, kappa, G = delete_step(
+        model.Psi, model.G, model.beta, model.Psi[:, j], alpha_j, s_j
+    )
     alpha = model.alpha.copy()
     alpha[j] = np.inf
     active = model.active[model.active != j]

@@ -178,3 +178,113 @@ def test_refresh_evidence_equals_the_coordinate_posterior_and_the_explicit_densi
     dense = multivariate_normal(np.zeros(len(t)), C).logpdf(t)
     assert model.log_evidence == pytest.approx(post.log_evidence, rel=1e-12)
     assert model.log_evidence == pytest.approx(dense, rel=1e-10)
+
+
+def test_noise_update_from_the_loop_equals_the_posterior_formula():
+    """(rvm-noise-maintained): γ_i = S_i/α_i and ‖t − Φμ‖² = perp + ‖H⁻¹τ‖², from
+    the maintained S and H⁻¹ after rank-one updates, against Σ and μ of the posterior
+    on the model's columns."""
+    from kernelref.rvm.design import posterior
+    from kernelref.rvm.fast import noise_update
+
+    Phi, usable, t = unit_problem(seed=4, n=90, gamma=0.1)
+    alpha = np.full(Phi.shape[1], np.inf)
+    alpha[[0, 11, 35, 60]] = [0.5, 2.0, 1.0, 4.0]
+    model = refresh(
+        initial_model(Phi, np.flatnonzero(np.isfinite(alpha)), alpha, 3.0),
+        Phi,
+        usable,
+        t,
+        Phi.T @ t,
+        ALIGNMENT_MAX,
+    )
+    model = add_basis_function(model, Phi, t, usable, 70, 1.5, ALIGNMENT_MAX)
+    model = reestimate_basis_function(model, 11, 0.3)
+    model = delete_basis_function(model, 35, ALIGNMENT_MAX)  # U keeps its direction
+    a = model.active
+    post = posterior(Phi[:, a], t, model.alpha[a], model.beta)
+    gamma = 1 - model.alpha[a] * np.diag(post.Sigma)
+    misfit = t - Phi[:, a] @ post.mu
+    expected = (len(t) - gamma.sum()) / (misfit @ misfit)
+    assert noise_update(model, len(t), np.inf) == pytest.approx(expected, rel=1e-10)
+    assert noise_update(model, len(t), 0.5 * expected) == 0.5 * expected  # the cap
+
+
+def test_span_test_is_against_the_model_span_after_a_deletion():
+    """While U still spans a deleted column, `outside_model_span` gives each
+    column's squared distance from the span of the model's columns."""
+    from kernelref.rvm.fast import outside_model_span
+
+    Phi, usable, t = unit_problem(seed=5, n=70, gamma=0.3)
+    alpha = np.full(Phi.shape[1], np.inf)
+    alpha[[3, 20, 41, 55]] = 1.0
+    model = refresh(
+        initial_model(Phi, np.flatnonzero(np.isfinite(alpha)), alpha, 10.0),
+        Phi,
+        usable,
+        t,
+        Phi.T @ t,
+        ALIGNMENT_MAX,
+    )
+    model = delete_basis_function(model, 20, ALIGNMENT_MAX)
+    assert model.U.shape[1] == 4 and len(model.active) == 3
+    index = np.arange(Phi.shape[1])
+    B = Phi[:, model.active]
+    coef = np.linalg.lstsq(B, Phi, rcond=None)[0]
+    explicit = np.sum((Phi - B @ coef) ** 2, axis=0)
+    np.testing.assert_allclose(outside_model_span(model, index), explicit, atol=1e-12)
+    # The deleted column is outside the model's span though inside U's.
+    assert model.residual[20] < 1e-12 and outside_model_span(model, [20])[0] > 1e-3
+
+
+@pytest.mark.parametrize("sign", [1, -1])
+def test_cholesky_rank_one_equals_a_fresh_factorisation(sign):
+    """(rvm-cholesky-rank-one): L' = LT and Z' = T⁻¹Z, z' = T⁻¹z against the
+    Cholesky factor of H + sign·xxᵀ and solves with it."""
+    from kernelref.rvm.coordinates import cholesky_factor_update, cholesky_rank_one
+
+    rng = np.random.default_rng(7)
+    m, P = 12, 30
+    A = rng.normal(size=(m, m))
+    H = np.eye(m) + A @ A.T
+    L = np.linalg.cholesky(H)
+    Psi, tau = rng.normal(size=(m, P)), rng.normal(size=m)
+    Z, z = np.linalg.solve(L, Psi), np.linalg.solve(L, tau)
+    x = L @ Z[:, 4] * (0.8 if sign > 0 else 0.9 / np.linalg.norm(Z[:, 4]))
+    p = np.linalg.solve(L, x)
+    H_new = H + sign * np.outer(x, x)
+    L_ref = np.linalg.cholesky(H_new)
+    Z_new, z_new = cholesky_rank_one(Z, z, p, sign, 1 + sign * p @ p)
+    L_new = cholesky_factor_update(L, p, sign, 1 + sign * p @ p)
+    np.testing.assert_allclose(L_new, L_ref, atol=1e-12 * np.abs(L_ref).max())
+    np.testing.assert_allclose(Z_new, np.linalg.solve(L_ref, Psi), atol=1e-12)
+    np.testing.assert_allclose(z_new, np.linalg.solve(L_ref, tau), atol=1e-12)
+
+
+def test_held_phase_released_when_the_noise_estimate_levels_off():
+    """FastLoop(release=...) ends a held phase once the β (rvm-noise) gives has
+    changed by less than e^release over `RELEASE_EVERY` iterations; the run
+    without it goes on adding basis functions at the held β."""
+    from kernelref.rvm.fast import HOLD_TOL, RELEASE_EVERY, RELEASE_TOL, FastLoop
+
+    Phi, usable, t = unit_problem(seed=0, n=200, gamma=0.1)
+    runs = {}
+    for release in (None, RELEASE_TOL):
+        loop = FastLoop(
+            Phi, usable, t, update_beta=False, tol=HOLD_TOL, release=release
+        )
+        state = loop.start()
+        estimates = []
+        while not loop.done(state):
+            state = loop.step(state)
+            if release is not None and state.n_iter % RELEASE_EVERY == 0:
+                estimates.append(state.model.noise_estimate)
+        runs[release] = state
+    released, full = runs[RELEASE_TOL], runs[None]
+    assert released.converged and full.converged
+    assert released.n_iter < full.n_iter
+    assert released.n_iter % RELEASE_EVERY == 0
+    assert abs(np.log(estimates[-1] / estimates[-2])) < RELEASE_TOL
+    assert all(
+        abs(np.log(b / a)) >= RELEASE_TOL for a, b in zip(estimates, estimates[1:-1])
+    )
