@@ -9,6 +9,9 @@ Parts (``--part``, default ``all``: the three side by side in one run):
 - ``rank``: CG iterations against the preconditioner's rank (fixed ranks and
   ``"auto"``) for the GP's solve (N = 4000, D = 20, 1.0 * RBF(0.05), σ² = 0.05,
   4 probes) and for ``KernelRidge(solver="cg")`` (same data, λ = 0.1).
+- ``variance``: predictive standard deviations (block CG) of 256 test points
+  at N = 4000, D = 5 against the exact ones, by ``predict_tol``, beside the
+  fit's time.
 - ``large``: one evidence-and-gradient evaluation at N = 100 000, D = 20
   (1.0 * RBF(0.05), σ² = ``--noise``, rank "auto", ``--probes`` probes, CG tol
   ``--tol``), progress printed; CG iterations, probes, time, and the time per
@@ -34,6 +37,18 @@ Measured on 2026-11-24 on the shared 2-core VM while other engineers computed
        400       53     29        39         7
       auto (189) 73     34        52        16
 
+- variance (N = 4000, D = 5, rank 100; fit: evidence and gradient, 80 CG
+  iterations on 9 columns, 21.3 s): 256 test points in one batch, every
+  variance above the exact one (an upper bound, as ``cg-variance`` says) and
+  within its bound:
+
+      predict_tol   CG its   seconds   variance excess      bound (max)
+        1e-2          24       19.6    3.1e-4 .. 6.5e-3       1.5
+        1e-4          46       23.4    7.7e-8 .. 3.7e-6       1.5e-4
+        1e-6          71       41.7    7.4e-12 .. 6.6e-10     1.7e-8
+
+  A product with 256 columns costs about three of the fit's 9-column ones
+  here, so a batch at the fit's tolerance costs about two fits.
 - large: N = 100 000, σ² = 0.1, 8 probes, tol 1e-4, rank "auto" (948, the
   cap): did NOT complete in the session. Under load 10-20 the floor measured
   at the start was 68 s per product (11-16 ns per RBF entry per worker, ~5×
@@ -236,10 +251,56 @@ def part_large(client, args):
     )
 
 
+def part_variance(client, args):
+    """Predictive standard deviations of ``solver="cg"`` (block CG,
+    ``backends.dask.gp_variance``) at N = 4000 against the exact ones."""
+    from backends.dask import GaussianProcessRegressor
+    from backends.dask.gp_variance import predictive_covariance
+
+    n, noise, kernel = 4000, 0.05, 1.0 * RBF(gamma=0.2)
+    X, y = data(n, 5)
+    X_test, _ = data(256, 5, seed=1)
+    exact = ReferenceGPR(kernel=kernel, noise=noise, optimizer=None).fit(X, y)
+    _, std_exact = exact.predict(X_test, return_std=True)
+    start = time.perf_counter()
+    model = GaussianProcessRegressor(
+        kernel=kernel,
+        noise=noise,
+        optimizer=None,
+        solver="cg",
+        tol=1e-6,
+        rank=100,
+        n_probes=8,
+        chunk_size=1024,
+        progress=False,
+    ).fit(X, y)
+    fit_seconds = time.perf_counter() - start
+    print(
+        f"variance, N={n}, D=5: fit (evidence and gradient) {fit_seconds:.1f} s, "
+        f"{model.n_iter_} CG iterations on {model.fit_info_['n_columns']} columns",
+        flush=True,
+    )
+    for tol in (1e-2, 1e-4, 1e-6):
+        model.set_params(predict_tol=tol)
+        start = time.perf_counter()
+        result = predictive_covariance(model, X_test)
+        seconds = time.perf_counter() - start
+        excess = result.value - std_exact**2
+        print(
+            f"  predict_tol {tol:g}: 256 test points in {seconds:.1f} s "
+            f"({result.n_iter} CG iterations); variance above the exact by "
+            f"{excess.min():.1e}..{excess.max():.1e}, bound up to "
+            f"{result.error_bound.max():.1e}",
+            flush=True,
+        )
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument(
-        "--part", default="all", choices=["all", "accuracy", "rank", "large"]
+        "--part",
+        default="all",
+        choices=["all", "accuracy", "rank", "large", "variance"],
     )
     parser.add_argument("--n", type=int, default=100000)
     parser.add_argument("--noise", type=float, default=0.1)
@@ -265,7 +326,12 @@ def main(argv=None):
     args = parser.parse_args(argv)
     client = get_client()
     print(f"workers: {len(client.scheduler_info()['workers'])}", flush=True)
-    parts = {"accuracy": part_accuracy, "rank": part_rank, "large": part_large}
+    parts = {
+        "accuracy": part_accuracy,
+        "rank": part_rank,
+        "variance": part_variance,
+        "large": part_large,
+    }
     for name, part in parts.items():
         if args.part in ("all", name):
             part(client, args)
