@@ -41,9 +41,10 @@ shared machine):
 and the same test error (0.2096 at M = 2000, λ/N = 1e-6; it is reached at
 CG tol 1e-3 already). In a side run of the same algebra (M = 1000–2000)
 S = M rows gave too noisy an estimate (cond 345), 2M about 30, 8M 4.4.
-Forming Φ = K_SM T⁻¹ and ΦᵀΦ costs 2S·M² = 8M³ flops on the client: at
-M = 10 000 about two minutes at one core's ~70 GFLOP/s (estimated, not
-measured), two CG iterations at N = 10⁶ (64 s each), against the ~50 saved. When fewer than S rows
+Forming Φ = K_SM T⁻¹ (S·M² flops) and ΦᵀΦ (2S·M²) costs 12M³ flops on the
+client: at M = 10 000 about three minutes at one core's ~70 GFLOP/s
+(estimated, not measured), three CG iterations at N = 10⁶ (64 s each),
+against the ~50 it saves there. When fewer than S rows
 are not centres, S is every row: P = H, and CG takes one step.
 """
 
