@@ -17,7 +17,10 @@ in which K*ᵀV + VᵀR = VᵀAV + RᵀV + VᵀR is symmetric. The returned
 covariance K** − K*ᵀV − VᵀR therefore exceeds the exact one by the positive
 semi-definite RᵀA⁻¹R, and since A ⪰ σ²I each variance is an upper bound,
 too large by at most ‖r_j‖²/σ² — at most (tol·‖k*_j‖)²/σ² when column j
-stops at relative residual ``tol``: the error is the square of CG's.
+stops at relative residual ``tol``: the error is the square of CG's. The
+preconditioner M = LLᵀ + σ²I brackets it from below for free: K − LLᵀ is the
+pivoted Cholesky's Schur complement, positive semi-definite, so M ⪯ A and
+k** − k*ᵀM⁻¹k* is at most the exact variance (``lower`` of the result).
 
 The test points are taken ``batch`` at a time (the CG state is about six
 N × b arrays); ``batch=None`` keeps that state near ``BATCH_BYTES``. Each
@@ -68,10 +71,12 @@ CHECKPOINT_SECONDS = 60.0
 @dataclass
 class CovarianceResult:
     """Variances (b,) or covariance (b, b), their error bounds ‖r_j‖²/σ² (b,),
-    and the CG iterations of each batch."""
+    the lower bounds k** − k*ᵀM⁻¹k* of the variances (b,), and the CG
+    iterations of each batch."""
 
     value: np.ndarray
     error_bound: np.ndarray
+    lower: np.ndarray
     n_iter: list
 
 
@@ -189,12 +194,14 @@ class PredictiveCovariance:
         K_star = self.cross_columns(X_star)
         V, R, n_iter = self.solve(K_star, X_star)
         bound = np.einsum("ij,ij->j", R, R) / self.noise
+        prior = self.kernel.diag(X_star)
+        lower = prior - np.einsum("ij,ij->j", K_star, self.M_inv(K_star))
         if full:
             quadratic = K_star.T @ V + V.T @ R
             cov = self.kernel(X_star) - 0.5 * (quadratic + quadratic.T)
-            return CovarianceResult(cov, bound, [n_iter])
+            return CovarianceResult(cov, bound, lower, [n_iter])
         quadratic = np.einsum("ij,ij->j", K_star, V) + np.einsum("ij,ij->j", V, R)
-        return CovarianceResult(self.kernel.diag(X_star) - quadratic, bound, [n_iter])
+        return CovarianceResult(prior - quadratic, bound, lower, [n_iter])
 
 
 def _training_store(est, client):
@@ -265,8 +272,9 @@ def predictive_covariance(est, X, full=False):
     scale = est._y_std**2
     value = parts[0].value if full else np.concatenate([p.value for p in parts])
     bound = np.concatenate([p.error_bound for p in parts])
+    lower = np.concatenate([p.lower for p in parts])
     n_iter = [k for p in parts for k in p.n_iter]
-    return CovarianceResult(value * scale, bound * scale, n_iter)
+    return CovarianceResult(value * scale, bound * scale, lower * scale, n_iter)
 
 
 def predict(est, X, return_std=False, return_cov=False):

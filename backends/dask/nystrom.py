@@ -44,7 +44,7 @@ S = M rows gave too noisy an estimate (cond 345), 2M about 30, 8M 4.4.
 Forming Φ = K_SM T⁻¹ (S·M² flops) and ΦᵀΦ (2S·M²) costs 12M³ flops on the
 client: at M = 10 000 about three minutes at one core's ~70 GFLOP/s
 (estimated, not measured), three CG iterations at N = 10⁶ (64 s each),
-against the ~50 it saves there. When fewer than S rows
+against the ~50 it saved at N = 10⁵. When fewer than S rows
 are not centres, S is every row: P = H, and CG takes one step.
 """
 

@@ -70,6 +70,10 @@ def test_cg_variance_is_an_upper_bound_within_the_residual_bound():
     assert np.linalg.eigvalsh(excess).min() > -1e-12
     bound = np.einsum("ij,ij->j", R, R) / NOISE
     assert np.all(np.diag(excess) <= bound) and np.diag(excess).max() > 1e-6
+    # K − LLᵀ ⪰ 0 (a Schur complement), so M ⪯ A and k*ᵀM⁻¹k* ≥ k*ᵀA⁻¹k*
+    assert np.linalg.eigvalsh(kernel(X) - L @ L.T).min() > -1e-12
+    from_M = np.einsum("ij,ij->j", K_star, cg.WoodburyPreconditioner(L, NOISE)(K_star))
+    assert np.all(from_M >= np.diag(exact) - 1e-12)
 
 
 @pytest.mark.slow
@@ -99,6 +103,9 @@ def test_std_and_cov_equal_the_reference_to_the_cg_bound(client, problem):
     assert np.all(excess >= -1e-12 * scale)
     assert np.all(excess <= result.error_bound + 1e-12 * scale)
     assert excess.max() > 1e-9 * scale and len(result.n_iter) == 3
+    # the preconditioner's bound from below: M = LLᵀ + σ²I ⪯ A
+    assert np.all(result.lower <= std_ref**2 + 1e-12 * scale)
+    assert np.all(result.lower < result.value)
 
     model.set_params(predict_tol=1e-8, predict_batch=len(X_test))  # one solve
     _, cov = model.predict(X_test, return_cov=True)
