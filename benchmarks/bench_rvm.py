@@ -13,15 +13,33 @@ Targets (issue 15):
 The machine these run on may be shared, so every row also prints measures that do
 not depend on the CPU: iterations and, for the fast algorithm, fresh
 factorisations (O(Pm^2 + m^3) each, against O(Pm) for a rank-one iteration).
-Measured 2026-11-24 on the shared 2-core machine under heavy load from other
-work (times and ratios unreliable; counts are not): over the 41 rows the fast
-path took 15 754 iterations (37 074 before the Newton polish, kernelref.rvm.polish)
-and 5 044 fresh factorisations (4 181 before: a deletion is now refactorised at
-once, so that the Dask backend takes the same path); the time target was met on
-7 rows (median ratio 2.69), the evidence target on 37 (worst -22.1 nats, F1 c=1
-seed 1, where re-estimation keeps 238 functions at beta ~ 2e4). Sinc N=2000: 48x
-(gamma=1/18, +1.42 nats) and 137x (gamma=0.25, -1.94 nats) faster than
-re-estimation. SVC/libsvm: 0.95 at N=10 000, 0.57 at N=20 000.
+
+Measured 2026-11-24, before and after the changes of issue 15's second session:
+
+- Before (quiet machine, the lead's run): over the 41 rows the fast path took
+  15 754 iterations and 5 044 fresh factorisations; the time target was met on 6
+  rows (median ratio 1.72), the evidence target on 37 (worst -22.1 nats, F1 c=1
+  seed 1, where re-estimation keeps 238 functions at beta ~ 2e4). Sinc N=2000: 52x
+  (gamma=1/18, +1.42 nats) and 65x (gamma=0.25, -1.94 nats).
+- After (shared machine, load average 5-8 from other work during the run, so
+  wall times of all three methods are inflated and noisy): 11 812 iterations and
+  947 fresh factorisations; time target met on 27 rows, evidence target on 37
+  (the same worst row, -22.1), both on 25; median ratio 0.44. Sinc N=2000: 182x
+  (gamma=1/18, +1.42 nats) and 83x (gamma=0.25, -2.36 nats). The same code timed
+  by CPU time against the quiet run's peer times: 26-27 rows at <= 0.5x, median
+  ratio 0.34-0.39.
+- What changed: deletions are rank-one downdates (refactorised at once only
+  for gamma_j > 0.99), the drift bands sit at DRIFT_MAX/100 and DRIFT_MAX
+  (wide kernels drift 1e-11-1e-9 per update, so the old bands refactorised at
+  nearly every iteration), the noise update costs O(m^2), and the 'auto'
+  schedule's held phase ends once the noise it implies levels off (it used to add
+  and the released phase delete again some 100 functions on Friedman's data).
+- Not met: F1 c=4 (about 240 functions kept; EM stops after a few O(N^3)
+  iterations in 0.01-0.07 s, the fast path needs ~450 iterations and polishes of
+  a 240-function model), F1 c=1 (600-1000 iterations, mostly re-estimations before
+  the polish), and six F3 rows at 0.5-1.1x. Evidence: F1 c=1 seed 1 (both
+  scalings, -22 nats, another maximum), F2 c=0.25 scaled s1 (-1.4) and F2 c=1
+  raw s1 (-0.6); sinc N=2000 gamma=0.25 (-2.4).
 
 sklearn-rvm (``pip install sklearn-rvm``) is a benchmark-only peer; where it does
 not import, the benchmark says so and compares with re-estimation alone. Its EM
