@@ -21,13 +21,14 @@ Measured 2026-11-24, before and after the changes of issue 15's second session:
   rows (median ratio 1.72), the evidence target on 37 (worst -22.1 nats, F1 c=1
   seed 1, where re-estimation keeps 238 functions at beta ~ 2e4). Sinc N=2000: 52x
   (gamma=1/18, +1.42 nats) and 65x (gamma=0.25, -1.94 nats).
-- After (shared machine, load average 5-8 from other work during the run, so
-  wall times of all three methods are inflated and noisy): 11 812 iterations and
-  947 fresh factorisations; time target met on 27 rows, evidence target on 37
-  (the same worst row, -22.1), both on 25; median ratio 0.44. Sinc N=2000: 182x
-  (gamma=1/18, +1.42 nats) and 83x (gamma=0.25, -2.36 nats). The same code timed
-  by CPU time against the quiet run's peer times: 26-27 rows at <= 0.5x, median
-  ratio 0.34-0.39.
+- After, two runs on the shared machine (load average 5-8 from other work during
+  the first, 1.4-1.9 during the second; wall times of all three methods are
+  inflated and noisy): 11 812 iterations and 947 fresh factorisations; time
+  target met on 27 and 26 rows, evidence target on 37 (the same worst row,
+  -22.1), both on 25 and 24; median ratio 0.44 and 0.40. Sinc N=2000: 182x and
+  64x (gamma=1/18, +1.42 nats), 83x and 79x (gamma=0.25, -2.36 nats). The same
+  code timed by CPU time against the quiet run's peer times: 26-28 rows at
+  <= 0.5x, median ratio 0.34-0.39.
 - What changed: deletions are rank-one downdates (refactorised at once only
   for gamma_j > 0.99), the drift bands sit at DRIFT_MAX/100 and DRIFT_MAX
   (wide kernels drift 1e-11-1e-9 per update, so the old bands refactorised at
