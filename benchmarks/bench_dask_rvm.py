@@ -190,8 +190,8 @@ def scale_run(problem, n, cache_mb, beta_schedule="auto"):
     )
     print(describe("backend", model, seconds))
     print(
-        f"  {info['additions']} additions along new directions; "
-        f"{info['gram_rows']} Gram rows formed for them"
+        f"  {info['row_additions']} additions from Gram rows ({info['gram_rows']} "
+        "rows formed); the other passes: norms, Φᵀt, additions nearly in the span"
     )
     print(
         f"  {info['passes']} streamed passes, {info['pass_seconds']:.1f} s: "

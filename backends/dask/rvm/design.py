@@ -74,7 +74,12 @@ class StreamedDesign:
         self.spans = self._spans()
         self.weights = np.ones(len(X))
         self.offset = 1 if bias else 0
-        self.counts = {"passes": 0, "pass_seconds": 0.0, "additions": 0, "gram_rows": 0}
+        self.counts = {
+            "passes": 0,
+            "pass_seconds": 0.0,
+            "row_additions": 0,
+            "gram_rows": 0,
+        }
         self._seen, self._rows, self._expected = {}, {}, np.empty(0, dtype=int)
         self._set_scales(unit)
 
@@ -168,7 +173,7 @@ class StreamedDesign:
         ``prefetch`` rows (zeros where there are fewer columns), and each of
         its columns is formed alone, so a row's digits do not depend on which
         others shared its pass (a resumed fit forms other batches)."""
-        self.counts["additions"] += 1
+        self.counts["row_additions"] += 1
         if j not in self._rows:
             others = [int(k) for k in self._expected if k != j and k not in self._rows]
             batch = [j, *others[: self.prefetch - 1]]

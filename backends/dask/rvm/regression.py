@@ -62,8 +62,10 @@ class RVR(ReferenceRVR):
     ----------
     As ``kernelref.rvm.RVR``, and ``fit_info_``: the streamed passes over the
     kernel (``passes``), the seconds they took (``pass_seconds``), the
-    additions along new directions (``additions``) and the Gram rows the
-    passes formed for them (``gram_rows``);
+    additions whose new coordinates came from a Gram row (``row_additions``;
+    the others, nearly inside the model's span, take a pass of their own:
+    ``kernelref.rvm.coordinates.new_coordinate_row``) and the Gram rows the
+    passes formed (``gram_rows``);
     ``store_``, the fit store's path (None if temporary).
     """
 
