@@ -75,10 +75,12 @@ def _pieces(ref, span, kernel, shift, cache_mb):
     height = max(1, PIECE_ENTRIES // width)
     buffer = reusable_buffer(height * width)
     budget, kept = _budget(cache_mb), []
+    chunks = [
+        (read_chunk(ref, r) - shift, ref.rows(r).start) for r in range(ref.n_chunks)
+    ]
     for first_candidate in range(0, len(Y), width):
         columns = slice(first_candidate, min(first_candidate + width, len(Y)))
-        for r in range(ref.n_chunks):
-            X_r, first_row = read_chunk(ref, r) - shift, ref.rows(r).start
+        for X_r, first_row in chunks:  # centred once per task, not once per strip
             for first in range(0, len(X_r), height):
                 last = min(first + height, len(X_r))
                 rows = slice(first_row + first, first_row + last)
