@@ -114,8 +114,11 @@ def left_product_chunk(ref, span, kernel, shift, V, cache_mb=0):
     (k, stop − start) for V of shape (k, N); their N × c block is visited in
     pieces, never formed whole."""
     out = np.zeros((len(V), span[1] - span[0]))
+    product = np.empty((len(V), STRIP))  # reused: a fresh array per piece costs more
     for columns, rows, piece in _pieces(ref, span, kernel, shift, cache_mb):
-        out[:, columns] += V[:, rows] @ piece
+        part = product[:, : piece.shape[1]]
+        np.matmul(V[:, rows], piece, out=part)
+        out[:, columns] += part
     return out
 
 
