@@ -77,14 +77,14 @@ def peak_memory():
     return int(fields["VmHWM"].split()[0]) * 1024
 
 
-def entry_cost(n=4096, repeats=5):
+def entry_cost(d, n=4096, repeats=5):
     """Worker function: seconds per RBF entry of a kernel block in a reused
-    buffer (the floor of a streamed pass)."""
+    buffer, for inputs of dimension d (the floor of a streamed pass)."""
     from backends.dask.blocks import kernel_block, reusable_buffer
     from kernelref.kernels import RBF
 
     rng = np.random.default_rng(0)
-    X, Y = rng.normal(size=(n, 10)), rng.normal(size=(512, 10))
+    X, Y = rng.normal(size=(n, d)), rng.normal(size=(512, d))
     buffer = reusable_buffer(n * 512)
     kernel_block(RBF(0.1), X, Y, buffer)
     tick = time.perf_counter()
@@ -171,7 +171,7 @@ def scale_run(problem, n, cache_mb, beta_schedule="auto"):
     X, t, gamma = PROBLEMS[problem](n)
     local, client = cluster(2)
     with local, client:
-        per_entry = np.mean(list(client.run(entry_cost).values()))
+        per_entry = np.mean(list(client.run(entry_cost, X.shape[1]).values()))
         model, seconds = fit_backend(X, t, gamma, client, 4096, cache_mb, beta_schedule)
         peaks = sorted(client.run(peak_memory).values())
     info = model.fit_info_
