@@ -32,12 +32,12 @@ import time
 import numpy as np
 
 from backends.dask.blocks import kernel_block
-from backends.dask.rvm.tasks import left_product_chunk, squared_norms_chunk
+from backends.dask.rvm.tasks import ROW_GROUP, left_product_chunk, squared_norms_chunk
 from kernelref.rvm.design import check_kernel_columns
 
-__all__ = ["PREFETCH", "ROWS_MB", "StreamedDesign"]
+__all__ = ["PREFETCH", "ROWS_MB", "ROW_GROUP", "StreamedDesign"]
 
-#: Gram rows formed by the pass of an addition whose row is not kept.
+#: Gram rows formed at most by the pass of an addition whose row is not kept.
 PREFETCH = 32
 #: MB of Gram rows the client keeps (the oldest are dropped first).
 ROWS_MB = 512
@@ -81,6 +81,7 @@ class StreamedDesign:
             "gram_rows": 0,
         }
         self._seen, self._rows, self._expected = {}, {}, np.empty(0, dtype=int)
+        self._hits = self._extra = 0
         self._set_scales(unit)
 
     def _set_scales(self, unit):
@@ -96,6 +97,7 @@ class StreamedDesign:
         other = copy.copy(self)
         other.weights = np.asarray(weights, dtype=float)
         other._seen, other._rows = {}, {}
+        other._hits = other._extra = 0
         other._set_scales(True)
         return other
 
@@ -168,24 +170,38 @@ class StreamedDesign:
         self._expected = np.asarray(ranked, dtype=int)
 
     def gram_row(self, j):
-        """φ̃_jᵀΦ̃, from memory or by one pass that also forms the rows of the
-        ``prefetch − 1`` expected columns not yet kept. The pass always has
-        ``prefetch`` rows (zeros where there are fewer columns), and each of
-        its columns is formed alone, so a row's digits do not depend on which
-        others shared its pass (a resumed fit forms other batches)."""
+        """φ̃_jᵀΦ̃, from memory or by one pass that also forms the rows of
+        expected columns not yet kept, `_batch_size` rows in all. A batch is
+        whole groups of ``ROW_GROUP`` rows (zeros where there are fewer
+        columns), each group one product on the workers, and each column is
+        formed alone, so a row's digits do not depend on which others shared
+        its pass (a resumed fit forms other batches)."""
         self.counts["row_additions"] += 1
-        if j not in self._rows:
-            others = [int(k) for k in self._expected if k != j and k not in self._rows]
-            batch = [j, *others[: self.prefetch - 1]]
-            V = np.zeros((self.prefetch, len(self.X)))
-            for row, k in zip(V, batch):  # one at a time: digits independent of batch
-                row[:] = self.columns([k])[:, 0]
-            rows = V @ self
-            self._forget(len(batch))
-            for k, row in zip(batch, rows):
-                self._rows[k] = row
-            self.counts["gram_rows"] += len(batch)
+        if j in self._rows:
+            self._hits += 1
+            return self._rows[j]
+        size = self._batch_size()
+        others = [int(k) for k in self._expected if k != j and k not in self._rows]
+        batch = [j, *others[: size - 1]]
+        V = np.zeros((size, len(self.X)))
+        for row, k in zip(V, batch):  # one at a time: digits independent of batch
+            row[:] = self.columns([k])[:, 0]
+        rows = V @ self
+        self._forget(len(batch))
+        for k, row in zip(batch, rows):
+            self._rows[k] = row
+        self._extra += len(batch) - 1
+        self.counts["gram_rows"] += len(batch)
         return self._rows[j]
+
+    def _batch_size(self):
+        """Rows of the next batch: ``prefetch`` at first and while a quarter of
+        the rows formed ahead are used, fewer groups as fewer are (one at least).
+        Where additions seldom follow the ranking, or their columns lie nearly
+        in the span and take their own pass, extra rows are wasted work."""
+        groups = max(self.prefetch // ROW_GROUP, 1)
+        used = self._hits / self._extra if self._extra else 1.0
+        return ROW_GROUP * min(groups, 1 + int(4 * (groups - 1) * used))
 
     def _forget(self, n_new):
         """Drop the oldest kept rows so that n_new more fit in ``rows_mb``."""

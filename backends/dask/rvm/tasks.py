@@ -18,10 +18,13 @@ import numpy as np
 from backends.dask.blocks import kernel_block, reusable_buffer
 from backends.dask.runtime import read_chunk
 
-__all__ = ["clear_cache", "left_product_chunk", "squared_norms_chunk"]
+__all__ = ["ROW_GROUP", "clear_cache", "left_product_chunk", "squared_norms_chunk"]
 
 #: Entries of one piece: 2 MiB, so the map and the product run in cache.
 PIECE_ENTRIES = 2**18
+#: Rows of V multiplied with a piece at once: a row's digits then depend only on
+#: the group's size, not on how many groups share the pass.
+ROW_GROUP = 8
 #: Candidates per piece: a piece is a tall strip, PIECE_ENTRIES / STRIP data
 #: rows deep, so V @ piece sums over a thousand rows even when V has many rows
 #: (the design's prefetched Gram rows), and its result stays in cache.
@@ -114,11 +117,13 @@ def left_product_chunk(ref, span, kernel, shift, V, cache_mb=0):
     (k, stop − start) for V of shape (k, N); their N × c block is visited in
     pieces, never formed whole."""
     out = np.zeros((len(V), span[1] - span[0]))
-    product = np.empty((len(V), STRIP))  # reused: a fresh array per piece costs more
+    product = np.empty((ROW_GROUP, STRIP))  # reused: a fresh array per piece costs more
+    groups = [slice(g, min(g + ROW_GROUP, len(V))) for g in range(0, len(V), ROW_GROUP)]
     for columns, rows, piece in _pieces(ref, span, kernel, shift, cache_mb):
-        part = product[:, : piece.shape[1]]
-        np.matmul(V[:, rows], piece, out=part)
-        out[:, columns] += part
+        for group in groups:  # the same products whatever the number of groups
+            part = product[: group.stop - group.start, : piece.shape[1]]
+            np.matmul(V[group, rows], piece, out=part)
+            out[group, columns] += part
     return out
 
 
