@@ -50,15 +50,17 @@ Measured on 2026-11-24 on the shared 2-core VM while other engineers computed
   A product with 256 columns costs about three of the fit's 9-column ones
   here, so a batch at the fit's tolerance costs about two fits.
 - large: N = 100 000, σ² = 0.1, 8 probes, tol 1e-4, rank "auto" (948, the
-  cap): did NOT complete in the session. Under load 10-20 the floor measured
-  at the start was 68 s per product (11-16 ns per RBF entry per worker, ~5×
-  a quiet machine's 2.5 ns); the preconditioner and the first product took
-  500 s, then 21 CG iterations in 3592 s (interrupted by ``timeout -s INT``;
-  largest relative residual 3.1 → 0.11), median 96 s per streamed product
-  (ratio 1.42 to the start's floor; the last iterations took 40-65 s as the
-  load fell, so the ratio mostly measures the load). At N = 4000 the same
-  problem needs ~50 iterations to 1e-4: on a quiet machine expect roughly
-  50 × 15 s plus the gradient round. Rerun with ``--store DIR`` to resume.
+  cap): completed, in two runs through ``--store``, both from the code of
+  commit 4502fc4 so that the checkpoint matched. The first (08:08-08:28 UTC,
+  niced under a load of 8-10) ran 4 CG iterations and was stopped; the resumed
+  run (08:47-09:24 UTC, the test suite running beside it for its first 10
+  minutes) continued from iteration 4 and converged after 69 iterations on 9
+  columns (the target and 8 probes): 2226 s for the rest of the evaluation
+  (preconditioner 36 s, CG 2162 s, gradient round 28 s), 30.4 s per streamed
+  product against a floor of 22.9 s measured at its start (ratio 1.33); log p =
+  -13350.8 ± 40.2, gradient [-11588.1, -33609.7] ± [22.3, 150.1]. On a quiet
+  machine the floor is about 12.4 s per product (measured at the first run's
+  start: 2.4-2.6 ns per RBF entry per worker).
 """
 
 import argparse
