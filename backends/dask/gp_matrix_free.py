@@ -77,7 +77,7 @@ from scipy.linalg import eigh_tridiagonal, qr
 from backends.dask import cg as _cg
 from backends.dask.blocks import kernel_block, reusable_buffer
 from backends.dask.gp_variance import check_predict_args
-from backends.dask.runtime import FitStore, map_chunks, run_loop
+from backends.dask.runtime import FitStore, map_chunks, run_keyed_loop
 from kernelref._validation import (
     check_integer,
     check_n_features,
@@ -295,14 +295,10 @@ class MatrixFreeEvidence:
         )
         # the checkpoint belongs to one θ and one set of right-hand sides
         key = np.concatenate([kernel.theta, [noise, T.shape[1]]])
-        loaded = self.store.load_state("cg") if self.resume else None
-        if loaded is not None and not np.array_equal(loaded[0].get("key"), key):
-            self.store.discard_state("cg")
-        start = solver.start
-        solver.start = lambda: dict(start(), key=key)
-        state, _ = run_loop(
+        state, _ = run_keyed_loop(
             solver,
             self.store,
+            key,
             progress=self.progress,
             resume=self.resume,
             checkpoint_seconds=self.checkpoint_seconds,

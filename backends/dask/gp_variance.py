@@ -40,7 +40,7 @@ import numpy as np
 
 from backends.dask import cg as _cg
 from backends.dask.blocks import kernel_block
-from backends.dask.runtime import FitStore, map_chunks, run_loop
+from backends.dask.runtime import FitStore, map_chunks, run_keyed_loop
 from kernelref._validation import (
     check_integer,
     check_n_features,
@@ -170,14 +170,10 @@ class PredictiveCovariance:
         # the checkpoint belongs to one θ, σ², batch of test points and tol
         digest = hashlib.sha256(np.ascontiguousarray(X_star).tobytes()).hexdigest()
         key = f"{self.kernel.theta.tolist()} {noise!r} {self.tol!r} {digest}"
-        loaded = self.store.load_state("predict") if self.resume else None
-        if loaded is not None and loaded[0].get("key") != key:
-            self.store.discard_state("predict")
-        start = solver.start
-        solver.start = lambda: dict(start(), key=key)
-        state, _ = run_loop(
+        state, _ = run_keyed_loop(
             solver,
             self.store,
+            key,
             progress=self.progress,
             resume=self.resume,
             checkpoint_seconds=CHECKPOINT_SECONDS,

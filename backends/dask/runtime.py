@@ -44,6 +44,7 @@ __all__ = [
     "Record",
     "map_chunks",
     "read_chunk",
+    "run_keyed_loop",
     "run_loop",
 ]
 
@@ -584,3 +585,15 @@ def run_loop(
     if iteration != saved_iteration:
         store.save_state(state, iteration, name)
     return state, iteration
+
+
+def run_keyed_loop(fit, store, key, *, name, resume=True, **options):
+    """`run_loop` for a `fit` whose checkpoint belongs to one `key` (the θ, the
+    right-hand sides, the tolerance...): a checkpoint `name` saved under another
+    key is discarded, and the key is saved with every new state."""
+    loaded = store.load_state(name) if resume else None
+    if loaded is not None and not np.array_equal(loaded[0].get("key"), key):
+        store.discard_state(name)
+    start = fit.start
+    fit.start = lambda: dict(start(), key=key)
+    return run_loop(fit, store, resume=resume, name=name, **options)
