@@ -18,15 +18,16 @@ tree of JSON nodes, the arrays' dtype, shape and offset, and the provenance
 (library version, date, the fingerprint of the training data when known).
 
 Loading runs no code from the file. A node names a class by ``module:name``,
-and `load` resolves it only when the module belongs to ``kernelref`` or
-``backends.dask`` and the class is an estimator, a kernel or one of their
-data records (dataclasses such as ``GaussianMixture``); nothing
-else is ever imported or called. An estimator is rebuilt by its constructor
+and `load` resolves it only when the module belongs to ``kernelref`` or to the
+package of a backend registered in the entry point group ``kernelref.backends``
+(``backends.dask``; ``kernelref.cli.plugins``) and the class is an estimator, a
+kernel or one of their data records (dataclasses such as ``GaussianMixture``);
+nothing else is ever imported or called. An estimator is rebuilt by its constructor
 with the saved parameters, and its fitted state — everything
 ``__getstate__`` returns besides the parameters — is set back attribute by
 attribute, so a new estimator needs no code here. A backend model
 (``backends.dask.KernelRidge``, say) is saved under its own class and also
-names its reference class; where ``backends.dask`` is not installed it loads as
+names its reference class; where its backend is not installed it loads as
 the reference class, which predicts alike when the fitted state is the
 reference's (KernelRidge, the SVMs). An array a backend keeps in
 its Zarr store (an N × N Cholesky factor, say) is not copied into the file:
@@ -56,12 +57,16 @@ _DIGEST = 32
 _ALIGN = 64
 #: array kinds stored raw: booleans, integers, floats, complex, and fixed-width text
 _KINDS = "biufcUS"
-_MODULE = re.compile(r"^(kernelref|backends\.dask)(\.[a-z_][a-z0-9_]*)*$")
+_MODULE = re.compile(r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)*$")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class ModelFileError(ValueError):
     """A file that is not a readable kernelref model file; the message names it."""
+
+
+class _Unregistered(ValueError):
+    """A class outside kernelref and every registered backend's package."""
 
 
 # -- saving ---------------------------------------------------------------------------------
@@ -451,10 +456,10 @@ def _decode_estimator(node, arrays):
     params = _decode_dict(node["params"], arrays)
     try:
         cls = _resolve(node["estimator"], BaseEstimator)
-    except ImportError:
+    except (ImportError, _Unregistered):
         if "reference" not in node:
             raise
-        # backends.dask is not installed here: the reference class predicts alike.
+        # its backend is not installed here: the reference class predicts alike.
         cls = _resolve(node["reference"], BaseEstimator)
         accepted = inspect.signature(cls.__init__).parameters
         params = {name: v for name, v in params.items() if name in accepted}
@@ -471,12 +476,26 @@ def _decode_estimator(node, arrays):
     return estimator
 
 
+def _allowed_packages():
+    """kernelref and the packages of the registered backends (not imported)."""
+    from kernelref.cli.plugins import packages
+
+    return ["kernelref", *packages()]
+
+
 def _resolve(path, base):
-    """The class at ``module:name``, only from kernelref or backends.dask, and only
-    a subclass of `base` (or, with ``base=None``, a dataclass record)."""
+    """The class at ``module:name``, only from kernelref or a registered backend's
+    package, and only a subclass of `base` (or, with ``base=None``, a dataclass
+    record)."""
     module, _, name = path.partition(":")
-    if not (_MODULE.match(module) and _NAME.match(name)):
-        raise ValueError(f"class {path!r} is outside kernelref and backends.dask")
+    allowed = _allowed_packages()
+    inside = any(module == p or module.startswith(p + ".") for p in allowed)
+    if not (_MODULE.match(module) and _NAME.match(name) and inside):
+        raise _Unregistered(
+            f"class {path!r} is outside kernelref and the registered backends "
+            f"{allowed[1:]}; a backend model loads only where its backend is "
+            "installed (pip install 'kernelref[dask]' for backends.dask)."
+        )
     cls = getattr(importlib.import_module(module), name, None)
     ok = (
         isinstance(cls, type)

@@ -4,15 +4,20 @@
 ``kernelref.backends`` under the name ``dask``; ``kernelref fit --backend dask``
 and ``kernelref gram`` load it from there (``kernelref.cli.plugins``), so
 kernelref names no backend and imports none until one is asked for (the arrows
-point from backends to kernelref). A backend offers ``estimators()`` and, if it
-builds Gram stores, ``GramStore``.
+point from backends to kernelref). A backend offers ``estimators()``, if it
+builds Gram stores ``GramStore``, and ``CLUSTER = True`` when its fits run on a
+Dask cluster (the command line then connects to ``--scheduler`` and reads Zarr
+input lazily).
 """
 
 import backends.dask as package
 from backends.dask.gram_store import GramStore
 from kernelref.base import BaseEstimator
 
-__all__ = ["GramStore", "estimators"]
+__all__ = ["CLUSTER", "GramStore", "estimators"]
+
+#: the fits run on a Dask cluster: ``--scheduler`` applies, Zarr input stays lazy
+CLUSTER = True
 
 
 def estimators():

@@ -46,11 +46,10 @@ def fit(args):
         # store must outlive this process: keep it beside the model file
         params["store"] = args.out + ".store"
         note(args, f"the backend's store is {params['store']} (choose with --store)")
-    client = runtime.connect(args) if args.backend == "dask" else _refuse_cluster(args)
+    cluster = plugins.on_cluster(args.backend)
+    client = runtime.connect(args) if cluster else _refuse_cluster(args)
     try:
-        X, y = data.read(
-            args.data, args.target, args.header, lazy=args.backend == "dask"
-        )
+        X, y = data.read(args.data, args.target, args.header, lazy=cluster)
         _check_target(cls, y, args)
         if "progress" in accepted and "progress" not in params:
             params["progress"] = (
@@ -111,7 +110,10 @@ def _check_target(cls, y, args):
 
 def _refuse_cluster(args):
     if args.scheduler or args.scheduler_file:
-        raise UsageError("--scheduler/--scheduler-file need --backend dask.")
+        raise UsageError(
+            f"--scheduler/--scheduler-file: --backend {args.backend} runs on no "
+            "cluster; use --backend dask (pip install 'kernelref[dask]')."
+        )
 
 
 def _check_writable(path):

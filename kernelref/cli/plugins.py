@@ -7,17 +7,21 @@ for the Dask backend::
     [project.entry-points."kernelref.backends"]
     dask = "backends.dask.cli_plugin"
 
-The module gives ``estimators()`` ({name: class}) and, where it builds Gram
-stores, ``GramStore``. kernelref names no backend package and imports one only
-when ``--backend NAME`` (or ``gram``) asks for it: the arrows point from the
-backends to kernelref, never back.
+The module gives ``estimators()`` ({name: class}), ``GramStore`` where it builds
+Gram stores, and ``CLUSTER = True`` where it runs on a Dask cluster (then
+``--scheduler``/``--scheduler-file`` connect to one, and Zarr input is read
+lazily). The package the module belongs to (``backends.dask``) is the backend's
+package: a model file may name estimator classes from it (``kernelref.io``).
+kernelref names no backend package and imports one only when ``--backend NAME``
+(or ``gram``) asks for it: the arrows point from the backends to kernelref,
+never back.
 """
 
 from importlib.metadata import entry_points
 
 from kernelref.cli.models import UsageError
 
-__all__ = ["GROUP", "REFERENCE", "load", "names"]
+__all__ = ["GROUP", "REFERENCE", "load", "names", "on_cluster", "packages"]
 
 #: the entry point group a backend registers itself in
 GROUP = "kernelref.backends"
@@ -35,6 +39,19 @@ def names():
     """The backends on offer: ``reference`` and every registered name (the
     registered packages are not imported)."""
     return [REFERENCE, *sorted({e.name for e in _registered()})]
+
+
+def packages():
+    """The packages of the registered backends, read off the entry points without
+    importing them: the registered module's parent (``backends.dask`` for
+    ``backends.dask.cli_plugin``)."""
+    return sorted({e.module.rpartition(".")[0] or e.module for e in _registered()})
+
+
+def on_cluster(name):
+    """Whether backend `name` runs on a Dask cluster (its module sets
+    ``CLUSTER = True``); the reference never does."""
+    return name != REFERENCE and bool(getattr(load(name), "CLUSTER", False))
 
 
 def load(name, option="--backend"):

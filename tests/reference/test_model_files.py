@@ -10,6 +10,7 @@ import pytest
 
 import kernelref
 from kernelref import io
+from kernelref.base import BaseEstimator
 from kernelref.gp import GaussianProcessClassifier, GaussianProcessRegressor
 from kernelref.gp_softmax import SoftmaxGaussianProcessClassifier
 from kernelref.kernels import RBF, Kernel, Linear, Polynomial
@@ -307,6 +308,21 @@ def test_backend_model_loads_as_its_reference_class_without_the_backend(
     assert type(loaded) is KernelRidge
     assert loaded.get_params() == reference.get_params()
     assert np.array_equal(loaded.predict(X_new), reference.predict(X_new))
+
+    # where no backend is registered, its package is outside the allowed ones
+    monkeypatch.setattr(io, "_resolve", resolve)
+    monkeypatch.setattr("kernelref.cli.plugins.packages", lambda: [])
+    with pytest.raises(ValueError, match="outside kernelref and the registered"):
+        io._resolve("backends.dask.ridge:KernelRidge", BaseEstimator)
+    assert type(kernelref.load(path)) is KernelRidge
+
+
+def test_registered_backend_packages_come_from_entry_points():
+    pytest.importorskip("backends.dask")
+    from kernelref.cli import plugins
+
+    assert "backends.dask" in plugins.packages()
+    assert io._allowed_packages()[0] == "kernelref"
 
 
 def test_state_cannot_replace_methods(saved):
