@@ -98,10 +98,12 @@ Laplace = namedtuple("Laplace", "mu Sigma L log_evidence n_iter")
 
 #: The result of an α loop: ``keep`` indexes the columns of Φ in the model;
 #: ``alpha`` and the Laplace fields belong to them; ``evidence`` is the Laplace
-#: log evidence after each iteration.
+#: log evidence after each iteration; ``n_loop_iter`` counts the iterations of
+#: the sequential algorithm over all approximations (0 for re-estimation).
 ClassifierFit = namedtuple(
     "ClassifierFit",
-    "keep alpha mu Sigma log_evidence evidence n_iter converged",
+    "keep alpha mu Sigma log_evidence evidence n_iter converged n_loop_iter",
+    defaults=(0,),
 )
 
 
@@ -274,7 +276,7 @@ def fast_classifier(
     alpha = None
     active = np.zeros(0, dtype=int)
     evidence = []
-    best, since_best = None, 0
+    best, since_best, n_loop_iter = None, 0, 0
     for n_iter in range(1, max_iter + 1):
         a = Phi[:, active] @ w[active]
         Phi_unit, scales, t_tilde = approximation(Phi, a, t, likelihood)
@@ -292,6 +294,7 @@ def fast_classifier(
             alignment_max=alignment_max,
         )
         step = on_user_scale(drive(loop, f"approximation-{n_iter}"), scales)
+        n_loop_iter += step.n_iter
         active = step.active
         mode = laplace_posterior(
             Phi[:, step.active], t, step.alpha, step.mu, likelihood
@@ -317,6 +320,7 @@ def fast_classifier(
             None,
             n_iter,
             settled,
+            n_loop_iter,
         )
         if settled:
             return fit._replace(evidence=np.array(evidence))
@@ -326,7 +330,9 @@ def fast_classifier(
             since_best += 1
             if since_best >= STALL_PATIENCE:
                 break
-    return best._replace(evidence=np.array(evidence), n_iter=n_iter)
+    return best._replace(
+        evidence=np.array(evidence), n_iter=n_iter, n_loop_iter=n_loop_iter
+    )
 
 
 METHODS = ("fast", "reestimate")
@@ -387,6 +393,9 @@ class RVC(ClassifierMixin, BaseEstimator):
     log_evidence_ : float
         The Laplace approximation of log p(t | α) (per class for 'ovr').
     n_iter_, converged_ : int, bool
+    n_loop_iter_ : int
+        For 'fast': iterations of the sequential algorithm over all Gaussian
+        approximations (0 for 'reestimate'; per class for 'ovr').
     evidence_ : ndarray
         The Laplace log evidence after each iteration.
     """
@@ -461,6 +470,7 @@ class RVC(ClassifierMixin, BaseEstimator):
                 "n_iter_",
                 "converged_",
                 "evidence_",
+                "n_loop_iter_",
             ):
                 setattr(self, name, [getattr(e, name) for e in self.estimators_])
             self.relevance_ = np.unique(
@@ -526,6 +536,7 @@ class RVC(ClassifierMixin, BaseEstimator):
             )
         self.log_evidence_, self.evidence_ = float(result.log_evidence), result.evidence
         self.n_iter_, self.converged_ = result.n_iter, result.converged
+        self.n_loop_iter_ = int(result.n_loop_iter)
         return result
 
     def _keep_basis(self, columns):
