@@ -9,7 +9,10 @@ import numbers
 import numpy as np
 import scipy.sparse as sp
 
-from kernelref.exceptions import NonFiniteError, NotFittedError  # noqa: F401  (raised here)
+from kernelref.exceptions import (  # noqa: F401  (raised here)
+    NonFiniteError,
+    NotFittedError,
+)
 
 
 def plain(value):
@@ -25,8 +28,8 @@ def _refuse_complex(A, name):
     if dtype.kind == "c":
         raise ValueError(
             f"{name} is complex (dtype {dtype}). Complex data not supported: "
-            "the kernels are real; pass the real part, or the real and imaginary parts as "
-            "separate columns."
+            "the kernels are real; pass the real part, or the real and imaginary parts "
+            "as separate columns."
         )
 
 
@@ -55,7 +58,8 @@ def check_array(X, name="X", *, min_samples=1, accept_sparse=False):
             else ""
         )
         raise ValueError(
-            f"{name} must be 2-D of shape (n_samples, n_features); got shape {A.shape}.{hint}"
+            f"{name} must be 2-D of shape (n_samples, n_features); got shape "
+            f"{A.shape}.{hint}"
         )
     _check_shape(A, name, min_samples)
     _check_finite(A, name)
@@ -70,17 +74,17 @@ def _check_shape(A, name, min_samples):
         )
     if A.shape[1] == 0:
         raise ValueError(
-            f"{name} has 0 feature(s) (shape={A.shape}) while a minimum of 1 is required; "
-            "give at least one column."
+            f"{name} has 0 feature(s) (shape={A.shape}) while a minimum of 1 is "
+            "required; give at least one column."
         )
 
 
 def _check_sparse(X, name, min_samples, accept_sparse):
     if not accept_sparse:
         raise TypeError(
-            f"{name} is a scipy.sparse matrix, which is not supported here; sparse input "
-            "is taken by the linear, poly, rbf and sigmoid kernels. Pass a dense array "
-            f"({name}.toarray()) or use one of those kernels."
+            f"{name} is a scipy.sparse matrix, which is not supported here; sparse "
+            "input is taken by the linear, poly, rbf and sigmoid kernels. Pass a dense "
+            f"array ({name}.toarray()) or use one of those kernels."
         )
     if X.ndim != 2:
         raise ValueError(
@@ -177,7 +181,8 @@ def check_targets(y, n_samples, name="y"):
         ) from None
     if t.ndim not in (1, 2):
         raise ValueError(
-            f"{name} must be 1-D (n_samples,) or 2-D (n_samples, n_targets); got shape {t.shape}."
+            f"{name} must be 1-D (n_samples,) or 2-D (n_samples, n_targets); got shape "
+            f"{t.shape}."
         )
     if t.shape[0] != n_samples:
         raise ValueError(
@@ -191,8 +196,8 @@ def check_targets(y, n_samples, name="y"):
 def _require_targets(y, name):
     if y is None:
         raise ValueError(
-            f"{name} is None: this estimator requires y to be passed, but the target y is "
-            "None; give one target per row of X."
+            f"{name} is None: this estimator requires y to be passed, but the target y "
+            "is None; give one target per row of X."
         )
 
 
@@ -234,9 +239,9 @@ def check_n_features(X, n_features, name="X"):
     """Check that `X` has the number of columns the model was fitted with."""
     if X.shape[1] != n_features:
         raise ValueError(
-            f"{name} has {X.shape[1]} features, but it is expecting {n_features} features "
-            f"as input: the model was fitted with {n_features}; pass data with the same "
-            "columns as in fit."
+            f"{name} has {X.shape[1]} features, but it is expecting {n_features} "
+            f"features as input: the model was fitted with {n_features}; pass data "
+            "with the same columns as in fit."
         )
 
 
@@ -261,8 +266,8 @@ def check_square_gram(K, name="K"):
     K = check_array(K, name)
     if K.shape[0] != K.shape[1]:
         raise ValueError(
-            f"with kernel='precomputed', {name} must be the square training Gram matrix "
-            f"of shape (n_samples, n_samples); got shape {K.shape}."
+            f"with kernel='precomputed', {name} must be the square training Gram "
+            f"matrix of shape (n_samples, n_samples); got shape {K.shape}."
         )
     check_symmetric(K, name, "with kernel='precomputed'")
     return K
@@ -284,9 +289,10 @@ def check_symmetric(K, name, context):
     if worst > SYMMETRY_RTOL * max(float(np.abs(K).max(initial=0.0)), 1e-300):
         n, m = np.unravel_index(int(asymmetry.argmax()), K.shape)
         raise ValueError(
-            f"{context}, {name} must be a symmetric Gram matrix, but {name}[{n}, {m}] = "
-            f"{K[n, m]:.6g} and {name}[{m}, {n}] = {K[m, n]:.6g}; a kernel is symmetric, "
-            "k(x, x') = k(x', x). Pass (K + K.T) / 2 if the difference is rounding."
+            f"{context}, {name} must be a symmetric Gram matrix, but {name}[{n}, {m}] "
+            f"= {K[n, m]:.6g} and {name}[{m}, {n}] = {K[m, n]:.6g}; a kernel is "
+            "symmetric, k(x, x') = k(x', x). Pass (K + K.T) / 2 if the difference is "
+            "rounding."
         )
 
 
@@ -302,17 +308,18 @@ def check_gram(K, kernel, shape, name="the kernel matrix"):
     if K.shape != tuple(shape):
         raise ValueError(
             f"the kernel {kernel!r} returned {name} of shape {K.shape}; expected "
-            f"{tuple(shape)} (a row per sample of the first argument, a column per sample "
-            "of the second). Fix the kernel's __call__."
+            f"{tuple(shape)} (a row per sample of the first argument, a column per "
+            "sample of the second). Fix the kernel's __call__."
         )
     K = np.asarray(K, dtype=np.float64)
     bad = ~np.isfinite(K)
     if bad.any():
         row, column = (int(i) for i in np.argwhere(bad)[0])
         raise NonFiniteError(
-            f"the kernel {kernel!r} gave a non-finite value ({K[row, column]}) in {name}, "
-            f"first at row {row}, column {column}: it overflows on these inputs. Scale X "
-            "(e.g. standardise its columns) or change the kernel's parameters."
+            f"the kernel {kernel!r} gave a non-finite value ({K[row, column]}) in "
+            f"{name}, first at row {row}, column {column}: it overflows on these "
+            "inputs. Scale X (e.g. standardise its columns) or change the kernel's "
+            "parameters."
         )
     return K
 
@@ -343,17 +350,17 @@ def check_classification_targets(y, n_samples, name="y"):
         fractional = labels != np.round(labels)
         if fractional.any():
             raise ValueError(
-                f"{name} holds continuous values such as {plain(labels[fractional][0])!r}, "
-                "not class labels (Unknown label type: continuous); a classifier needs "
-                "discrete labels. Use a regressor, or convert y to labels (integers or "
-                "strings)."
+                f"{name} holds continuous values such as "
+                f"{plain(labels[fractional][0])!r}, not class labels (Unknown label "
+                "type: continuous); a classifier needs discrete labels. Use a "
+                "regressor, or convert y to labels (integers or strings)."
             )
     classes, y_index = np.unique(labels, return_inverse=True)
     if len(classes) < 2:
         raise ValueError(
-            f"{name} has a single class ({plain(classes[0])!r}): there is no other class "
-            "to tell it from (one class only); a classifier needs samples of at least two "
-            "classes."
+            f"{name} has a single class ({plain(classes[0])!r}): there is no other "
+            "class to tell it from (one class only); a classifier needs samples of at "
+            "least two classes."
         )
     return classes, y_index
 

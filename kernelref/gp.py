@@ -40,7 +40,8 @@ from kernelref.base import BaseEstimator, RegressorMixin
 from kernelref.exceptions import ConvergenceWarning, NonFiniteError
 
 # The classifier lives in its own module; it is re-exported so that both GP
-# estimators are found in kernelref.gp, as scikit-learn's are in sklearn.gaussian_process.
+# estimators are found in kernelref.gp, as scikit-learn's are in
+# sklearn.gaussian_process.
 from kernelref.gp_classify import GaussianProcessClassifier
 from kernelref.kernels import RBF, Kernel, accepts_sparse
 
@@ -212,7 +213,8 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             return 1.0 * RBF(1.0)
         if not isinstance(self.kernel, Kernel):
             raise TypeError(
-                f"kernel must be a kernelref.kernels.Kernel or None; got {self.kernel!r}."
+                "kernel must be a kernelref.kernels.Kernel or None; got "
+                f"{self.kernel!r}."
             )
         return copy.deepcopy(self.kernel)
 
@@ -222,8 +224,8 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             self.noise,
             "noise",
             meaning=(
-                "It is the noise variance σ² added to the diagonal; use a small value such "
-                "as 1e-10 for noise-free targets."
+                "It is the noise variance σ² added to the diagonal; use a small value "
+                "such as 1e-10 for noise-free targets."
             ),
         )
         if self.optimizer not in ("L-BFGS-B", None):
@@ -235,8 +237,8 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             bounds = kernel.bounds  # raises for bounds that are not 0 < low <= high
             if self.n_restarts > 0 and not np.isfinite(bounds).all():
                 raise ValueError(
-                    "n_restarts > 0 draws starts inside the kernel's bounds, which must then "
-                    f"be finite; got log-bounds {bounds.tolist()}."
+                    "n_restarts > 0 draws starts inside the kernel's bounds, which "
+                    f"must then be finite; got log-bounds {bounds.tolist()}."
                 )
         return kernel, noise
 
@@ -326,9 +328,10 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
                 # Every trial step failed to factorise, and the +∞ they returned
                 # made L-BFGS-B call its start optimal: that is not a maximum.
                 warnings.warn(
-                    f"L-BFGS-B did not move from its start {np.round(theta0, 4).tolist()}: "
-                    f"K/noise + I failed to factorise at {len(failed)} trial point(s). "
-                    "Increase noise, add a White kernel, or centre and scale X.",
+                    "L-BFGS-B did not move from its start "
+                    f"{np.round(theta0, 4).tolist()}: K/noise + I failed to factorise "
+                    f"at {len(failed)} trial point(s). Increase noise, add a White "
+                    "kernel, or centre and scale X.",
                     ConvergenceWarning,
                     stacklevel=3,
                 )

@@ -89,9 +89,10 @@ def _cholesky_B(K, W_sr):
         return cholesky(B, lower=True, check_finite=False)
     except LinAlgError:
         raise ValueError(
-            "I + W^½KW^½ is not positive definite, so the kernel matrix K is not positive "
-            "semi-definite on these inputs; use a positive semi-definite kernel (see "
-            "kernelref.kernels.mercer_check) or add a small jitter to K's diagonal."
+            "I + W^½KW^½ is not positive definite, so the kernel matrix K is not "
+            "positive semi-definite on these inputs; use a positive semi-definite "
+            "kernel (see kernelref.kernels.mercer_check) or add a small jitter to K's "
+            "diagonal."
         ) from None
 
 
@@ -315,8 +316,8 @@ class GaussianProcessClassifier(ClassifierMixin, BaseEstimator):
         kernel = 1.0 * RBF(1.0) if self.kernel is None else self.kernel
         if not isinstance(kernel, Kernel):
             raise TypeError(
-                f"kernel must be a kernelref.kernels.Kernel or None; got {self.kernel!r}. "
-                "Build one, e.g. 1.0 * RBF(gamma=0.5)."
+                "kernel must be a kernelref.kernels.Kernel or None; got "
+                f"{self.kernel!r}. Build one, e.g. 1.0 * RBF(gamma=0.5)."
             )
         if not (
             self.optimizer is None
@@ -324,7 +325,8 @@ class GaussianProcessClassifier(ClassifierMixin, BaseEstimator):
             or callable(self.optimizer)
         ):
             raise ValueError(
-                f"optimizer must be 'L-BFGS-B', a callable or None; got {self.optimizer!r}."
+                "optimizer must be 'L-BFGS-B', a callable or None; got "
+                f"{self.optimizer!r}."
             )
         check_integer(self.n_restarts, "n_restarts", low=0)
         check_integer(self.max_iter_predict, "max_iter_predict")
@@ -453,7 +455,7 @@ class GaussianProcessClassifier(ClassifierMixin, BaseEstimator):
         )
         return self
 
-    # -- the evidence as a function of θ ------------------------------------------------
+    # -- the evidence as a function of θ -----------------------------------------------
     def log_marginal_likelihood(self, theta=None, eval_gradient=False):
         """log q(t | X, θ) (label ``gpc-evidence``) and, with ``eval_gradient``,
         its gradient with respect to log θ (label ``gpc-evidence-gradient``).

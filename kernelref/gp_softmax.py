@@ -3,19 +3,19 @@ Laplace approximation (GPML §3.5, Algorithms 3.3 and 3.4).
 
 One latent function per class, f_c ~ GP(0, k), independent a priori, and
 
-    p(y_i = c | f_i) = π_i^c = exp(f_i^c) / Σ_c′ exp(f_i^c′)      (label ``gpcm-softmax``).
+    p(y_i = c | f_i) = π_i^c = exp(f_i^c) / Σ_c′ exp(f_i^c′)   (label ``gpcm-softmax``).
 
 The CN latents are stacked class by class, f = (f¹; …; f^C). The prior
 covariance is block diagonal, K = diag(K_1, …, K_C) (here one kernel, so every
 K_c is the same n × n matrix), and the negative Hessian of log p(y | f) is
 
-    W = D − ΠΠᵀ,  D = diag(π),  Π = (D_1; …; D_C)               (label ``gpcm-W``),
+    W = D − ΠΠᵀ,  D = diag(π),  Π = (D_1; …; D_C)              (label ``gpcm-W``),
 
 block diagonal plus a rank-n term. Everything below uses that structure, so a
 Newton step costs C + 1 Cholesky factorisations of n × n matrices instead of
 one of CN × CN:
 
-    (K + W⁻¹)⁻¹ = E − ER(Σ_c E_c)⁻¹RᵀE,  E_c = (K_c + D_c⁻¹)⁻¹     (label ``gpcm-inverse``)
+    (K + W⁻¹)⁻¹ = E − ER(Σ_c E_c)⁻¹RᵀE,  E_c = (K_c + D_c⁻¹)⁻¹  (label ``gpcm-inverse``)
 
 with E = diag(E_1, …, E_C) and R = (I_n; …; I_n), the n × n blocks stacked.
 (K + W⁻¹)⁻¹ stands for W(I + KW)⁻¹, which exists although W is singular.
@@ -286,8 +286,8 @@ class SoftmaxGaussianProcessClassifier(ClassifierMixin, BaseEstimator):
         kernel = 1.0 * RBF(1.0) if self.kernel is None else self.kernel
         if not isinstance(kernel, Kernel):
             raise TypeError(
-                f"kernel must be a kernelref.kernels.Kernel or None; got {self.kernel!r}. "
-                "Build one, e.g. 1.0 * RBF(gamma=0.5)."
+                "kernel must be a kernelref.kernels.Kernel or None; got "
+                f"{self.kernel!r}. Build one, e.g. 1.0 * RBF(gamma=0.5)."
             )
         if self.optimizer not in (None, "L-BFGS-B"):
             raise ValueError(
@@ -365,7 +365,8 @@ class SoftmaxGaussianProcessClassifier(ClassifierMixin, BaseEstimator):
         return (value, gradient) if eval_gradient else value
 
     def latent_predictive(self, X):
-        """Mean (m, C) and covariance (m, C, C) of the latents at `X` (gpcm-predictive)."""
+        """Mean (m, C) and covariance (m, C, C) of the latents at `X`
+        (gpcm-predictive)."""
         check_is_fitted(self, "log_marginal_likelihood_value_")
         X = check_samples(
             X, self.kernel_, "X", accept_sparse=accepts_sparse(self.kernel_)

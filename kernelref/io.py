@@ -69,7 +69,7 @@ class _Unregistered(ValueError):
     """A class outside kernelref and every registered backend's package."""
 
 
-# -- saving ---------------------------------------------------------------------------------
+# -- saving ----------------------------------------------------------------------------
 def save(estimator, path, provenance=None):
     """Write `estimator` to `path` as a kernelref model file.
 
@@ -248,10 +248,11 @@ def _encode(value, arrays, where):
             "fields": _encode_dict(fields, arrays, where),
         }
     raise TypeError(
-        f"cannot save {where}: a {type(value).__module__}.{type(value).__qualname__} is "
-        "neither an array, a number, a string, a container of those, a kernel, an estimator "
-        "nor a kernelref data record. Model files store data only (no pickle); a function, "
-        "for instance, cannot be stored — refit with a named kernel or built-in option."
+        f"cannot save {where}: a {type(value).__module__}.{type(value).__qualname__} "
+        "is neither an array, a number, a string, a container of those, a kernel, an "
+        "estimator nor a kernelref data record. Model files store data only (no "
+        "pickle); a function, for instance, cannot be stored — refit with a named "
+        "kernel or built-in option."
     )
 
 
@@ -287,7 +288,7 @@ def _encode_estimator(estimator, arrays, where):
     return node
 
 
-# -- loading --------------------------------------------------------------------------------
+# -- loading ---------------------------------------------------------------------------
 def load(path):
     """The estimator saved in the model file at `path`, ready to predict.
 
@@ -333,8 +334,8 @@ def _read(path):
     _, version, _, header_size = _PREFIX.unpack_from(raw)
     if version > FORMAT_VERSION:
         raise ModelFileError(
-            f"{path} has model format version {version}, newer than the {FORMAT_VERSION} this "
-            "kernelref reads; upgrade kernelref to load it."
+            f"{path} has model format version {version}, newer than the "
+            f"{FORMAT_VERSION} this kernelref reads; upgrade kernelref to load it."
         )
     body, digest = raw[:-_DIGEST], raw[-_DIGEST:]
     start = _PREFIX.size + header_size
@@ -510,7 +511,8 @@ def _resolve(path, base):
 
 
 def describe(path):
-    """A short human-readable account of the model file at `path` (for ``kernelref info``)."""
+    """A short human-readable account of the model file at `path`
+    (for ``kernelref info``)."""
     header = read_header(path)
     model = header["model"]
     state = model.get("state", {})

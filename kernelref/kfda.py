@@ -121,8 +121,8 @@ class KernelFisherDiscriminant(ClassifierMixin, BaseEstimator):
             or not 1 <= k < C
         ):
             raise ValueError(
-                f"n_components must be None or an integer in [1, n_classes - 1 = {C - 1}] "
-                f"(M has rank n_classes - 1); got {self.n_components!r}."
+                "n_components must be None or an integer in [1, n_classes - 1 = "
+                f"{C - 1}] (M has rank n_classes - 1); got {self.n_components!r}."
             )
         kernel = make_kernel(self.kernel, X, self.gamma, self.degree, self.coef0)
         return X, classes, y_index, int(k), mu, kernel

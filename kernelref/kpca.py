@@ -44,9 +44,11 @@ from kernelref.ridge import dual_coefficients
 
 __all__ = ["KernelPCA", "centre_gram", "centre_cross_gram"]
 
-#: eigenvalues of K̃ below this fraction of the largest are rounding noise (as scikit-learn)
+#: eigenvalues of K̃ below this fraction of the largest are rounding noise (as
+#: scikit-learn)
 ZERO_EIGENVALUE_RATIO = 1e-12
-#: a negative eigenvalue beyond this fraction of the largest means K is not PSD (as scikit-learn)
+#: a negative eigenvalue beyond this fraction of the largest means K is not PSD (as
+#: scikit-learn)
 NEGATIVE_EIGENVALUE_RATIO = 1e-5
 #: below this many samples, or for 10 or more components, "auto" uses the dense solver
 ARPACK_MIN_SAMPLES = 200
@@ -189,7 +191,8 @@ class KernelPCA(BaseEstimator):
             )
         if self.eigen_solver not in ("auto", "dense", "arpack"):
             raise ValueError(
-                f"eigen_solver must be 'auto', 'dense' or 'arpack'; got {self.eigen_solver!r}."
+                "eigen_solver must be 'auto', 'dense' or 'arpack'; got "
+                f"{self.eigen_solver!r}."
             )
         n_components = n if self.n_components is None else self.n_components
         solver = self.eigen_solver
@@ -199,8 +202,9 @@ class KernelPCA(BaseEstimator):
             )
         if solver == "arpack" and n_components >= n:
             raise ValueError(
-                f"eigen_solver='arpack' finds fewer than n_samples={n} eigenvectors; got "
-                f"n_components={n_components}. Use eigen_solver='dense' or fewer components."
+                f"eigen_solver='arpack' finds fewer than n_samples={n} eigenvectors; "
+                f"got n_components={n_components}. Use eigen_solver='dense' or fewer "
+                "components."
             )
         kernel = make_kernel(self.kernel, X, self.gamma, self.degree, self.coef0)
         return X, kernel, n_components, solver
@@ -238,8 +242,9 @@ class KernelPCA(BaseEstimator):
         if lam.min() < -NEGATIVE_EIGENVALUE_RATIO * largest:
             raise ValueError(
                 f"the centred Gram matrix has an eigenvalue {lam.min():.3g} (largest "
-                f"{largest:.3g}): the kernel is not positive semi-definite on these inputs "
-                "(see kernelref.kernels.mercer_check); choose a PSD kernel or parameters."
+                f"{largest:.3g}): the kernel is not positive semi-definite on these "
+                "inputs (see kernelref.kernels.mercer_check); choose a PSD kernel or "
+                "parameters."
             )
         lam = np.where(lam > ZERO_EIGENVALUE_RATIO * largest, lam, 0.0)
         if self.n_components is None:
@@ -262,7 +267,8 @@ class KernelPCA(BaseEstimator):
         return self
 
     def _fit_inverse_transform(self, X):
-        """B = (K_Y + αI)⁻¹ X for the training projections Y (label ``kpca-preimage``)."""
+        """B = (K_Y + αI)⁻¹ X for the training projections Y (label
+        ``kpca-preimage``)."""
         Y = self.eigenvectors_ * np.sqrt(self.eigenvalues_)
         self.inverse_dual_coef_ = dual_coefficients(
             self.kernel_(Y), X, float(self.alpha), overwrite_K=True

@@ -6,10 +6,11 @@ Labels are t_n ∈ {0, 1}, as in PRML §4.3 and §7.2.3. With the latent value
 f_n and the logistic sigmoid σ, the likelihood of one label is
 p(t_n | f_n) = σ(f_n)^t_n (1 − σ(f_n))^(1 − t_n) = σ((2t_n − 1) f_n), so
 
-    log p(t | f) = Σ_n log σ((2t_n − 1) f_n)          (label ``gpc-likelihood``)
-    ∇ log p(t | f) = t − π,  π = σ(f)                  (label ``gpc-likelihood-derivatives``)
-    W = −∇∇ log p(t | f) = diag(π(1 − π))              (label ``gpc-likelihood-derivatives``)
-    ∂³ log p(t_n | f_n) / ∂f_n³ = −π_n(1 − π_n)(1 − 2π_n)   (label ``gpc-likelihood-derivatives``)
+    log p(t | f) = Σ_n log σ((2t_n − 1) f_n)      (label ``gpc-likelihood``)
+    ∇ log p(t | f) = t − π,  π = σ(f)             (label ``gpc-likelihood-derivatives``)
+    W = −∇∇ log p(t | f) = diag(π(1 − π))         (label ``gpc-likelihood-derivatives``)
+    ∂³ log p(t_n | f_n) / ∂f_n³ = −π_n(1 − π_n)(1 − 2π_n)
+                                                  (label ``gpc-likelihood-derivatives``)
 
 GPML writes the same model with y = 2t − 1 ∈ {−1, +1}; the derivatives above
 do not depend on the label beyond the gradient. The likelihood factorises, so
@@ -77,7 +78,8 @@ def log_likelihood_gradient(f, t):
 
 
 def likelihood_curvature(f):
-    """The diagonal of W = −∇∇ log p(t | f): π(1 − π) (label ``gpc-likelihood-derivatives``).
+    """The diagonal of W = −∇∇ log p(t | f): π(1 − π) (label
+    ``gpc-likelihood-derivatives``).
 
     It does not depend on t, and lies in (0, ¼].
     """
@@ -86,7 +88,8 @@ def likelihood_curvature(f):
 
 
 def log_likelihood_third_derivative(f):
-    """∂³ log p(t_n | f_n)/∂f_n³ = −π(1 − π)(1 − 2π) (label ``gpc-likelihood-derivatives``).
+    """∂³ log p(t_n | f_n)/∂f_n³ = −π(1 − π)(1 − 2π) (label
+    ``gpc-likelihood-derivatives``).
 
     It is −∂W_nn/∂f_n: the curvature W falls as |f| grows, so this term has
     the sign of f.
@@ -157,7 +160,7 @@ def _check_finite_step(value, what, x):
     if not np.all(np.isfinite(value)):
         raise NonFiniteError(
             f"Newton's method met a non-finite value in {what} (at a point with "
-            f"max |x| = {float(np.max(np.abs(x), initial=0.0)):.3g}): the kernel matrix "
-            "or the design matrix holds NaN or infinity, or overflows. Scale X or change "
-            "the kernel's parameters."
+            f"max |x| = {float(np.max(np.abs(x), initial=0.0)):.3g}): the kernel "
+            "matrix or the design matrix holds NaN or infinity, or overflows. Scale X "
+            "or change the kernel's parameters."
         )

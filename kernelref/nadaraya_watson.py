@@ -41,8 +41,8 @@ class NadarayaWatson(RegressorMixin, BaseEstimator):
         self.y_fit_ = check_targets(y, X.shape[0], "y").copy()
         if isinstance(self.kernel, str) and self.kernel not in ("rbf", "laplacian"):
             raise ValueError(
-                f"kernel must be 'rbf', 'laplacian' or a non-negative Kernel object for "
-                f"Nadaraya–Watson (a density component); got {self.kernel!r}."
+                "kernel must be 'rbf', 'laplacian' or a non-negative Kernel object "
+                f"for Nadaraya–Watson (a density component); got {self.kernel!r}."
             )
         self.kernel_ = make_kernel(self.kernel, X, self.gamma)
         self.X_fit_ = X.copy()  # the model owns its data
@@ -79,8 +79,8 @@ class NadarayaWatson(RegressorMixin, BaseEstimator):
         empty = np.flatnonzero(total[:, 0] == 0)
         if empty.size:
             raise ValueError(
-                f"test rows {empty[:5].tolist()} have zero kernel weight to every training "
-                "point; widen the kernel (smaller gamma)."
+                f"test rows {empty[:5].tolist()} have zero kernel weight to every "
+                "training point; widen the kernel (smaller gamma)."
             )
         return G / total
 

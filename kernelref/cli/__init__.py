@@ -23,15 +23,14 @@ column, or numbers it from 0), libsvm/svmlight format, .npy/.npz (arrays X
 and y), Zarr (an array, or a group with arrays X and y).
 """
 
-EXAMPLES = """\
-examples:
-  kernelref fit SVC --data train.csv --target label --param C=10 --param gamma=0.5 \\
+EXAMPLES = r"""examples:
+  kernelref fit SVC --data train.csv --target label --param C=10 --param gamma=0.5 \
       --out svc.krm
   kernelref predict svc.krm --data test.csv --out predictions.csv
   kernelref evaluate svc.krm --data test.csv --target label
-  kernelref fit KernelRidge --data big.zarr --backend dask --scheduler tcp://host:8786 \\
+  kernelref fit KernelRidge --data big.zarr --backend dask --scheduler tcp://host:8786 \
       --store /shared/gram.zarr --param lam=0.1 --out ridge.krm
-  kernelref fit GaussianProcessRegressor --data t.csv --target y \\
+  kernelref fit GaussianProcessRegressor --data t.csv --target y \
       --param 'kernel={"class": "RBF", "params": {"gamma": 0.5}}' --out gp.krm
   kernelref gram --data X.npy --kernel rbf --param gamma=0.1 --store gram.zarr
   kernelref info svc.krm
@@ -221,7 +220,8 @@ COMMANDS = {
 
 
 def main(argv=None):
-    """Run the command line; returns the exit status (the console script exits with it)."""
+    """Run the command line; returns the exit status (the console script exits with
+    it)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         if argv and argv[0] == "svm-train":
@@ -255,8 +255,8 @@ def main(argv=None):
         if "--verbose" in argv:
             traceback.print_exc()
         print(
-            f"kernelref: error: {type(error).__name__}: {error} (unexpected; rerun with "
-            "--verbose for the traceback, and please report it)",
+            f"kernelref: error: {type(error).__name__}: {error} (unexpected; rerun "
+            "with --verbose for the traceback, and please report it)",
             file=sys.stderr,
         )
         return 1

@@ -94,8 +94,8 @@ def read_libsvm(path, sparse=False):
                 index, colon, value = field.partition(":")
                 if not colon or not index.isdigit() or int(index) < 1:
                     raise DataError(
-                        f"{path}:{number}:{column}: expected index:value with an index from 1, "
-                        f"got {field!r}. libsvm lines read 'label 1:0.5 4:2.0'."
+                        f"{path}:{number}:{column}: expected index:value with an index "
+                        f"from 1, got {field!r}. libsvm lines read 'label 1:0.5 4:2.0'."
                     )
                 if int(index) <= previous:
                     raise DataError(

@@ -348,7 +348,8 @@ def svm_predict(argv):
     if classification:
         correct = int(np.sum(predicted == _class_labels(y)))
         print(
-            f"Accuracy = {100.0 * correct / len(y):g}% ({correct}/{len(y)}) (classification)"
+            f"Accuracy = {100.0 * correct / len(y):g}% ({correct}/{len(y)}) "
+            "(classification)"
         )
     elif type(model).__name__ != "OneClassSVM":
         mse, r2 = regression_scores(y, np.asarray(predicted, dtype=float))
@@ -358,7 +359,8 @@ def svm_predict(argv):
 
 
 def _fit_width(X, width):
-    """libsvm files omit trailing zero features: pad (or cut zero columns) to `width`."""
+    """libsvm files omit trailing zero features: pad (or cut zero columns) to
+    `width`."""
     if X.shape[1] < width:
         return np.hstack([X, np.zeros((len(X), width - X.shape[1]))])
     if X.shape[1] > width and not X[:, width:].any():

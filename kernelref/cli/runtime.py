@@ -71,9 +71,9 @@ def connect(args):
     except (OSError, TimeoutError) as error:
         raise ClusterError(
             f"cannot reach {where} within {args.timeout:g} s ({type(error).__name__}: "
-            f"{error}). Check that the scheduler runs (`dask scheduler`), that the address "
-            "and port are right and reachable from here, that TLS files match the "
-            "cluster's, or raise --timeout."
+            f"{error}). Check that the scheduler runs (`dask scheduler`), that the "
+            "address and port are right and reachable from here, that TLS files match "
+            "the cluster's, or raise --timeout."
         ) from None
 
 

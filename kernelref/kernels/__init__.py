@@ -81,10 +81,10 @@ def resolve_gamma(gamma, X):
                 gamma = 1.0 / (n_features * variance) if variance > 0 else 1.0
             if not (np.isfinite(variance) and 0 < gamma < np.inf):
                 raise ValueError(
-                    f"gamma='scale' is 1/(n_features·Var X), but Var X = {variance:.3g} "
-                    "overflows or underflows on this X (entries as large as "
-                    f"{float(abs(X).max()):.3g}); scale X (e.g. standardise its columns) or "
-                    "give gamma as a number."
+                    "gamma='scale' is 1/(n_features·Var X), but Var X = "
+                    f"{variance:.3g} overflows or underflows on this X (entries as "
+                    f"large as {float(abs(X).max()):.3g}); scale X (e.g. standardise "
+                    "its columns) or give gamma as a number."
                 )
             return gamma
         if gamma == "auto":
@@ -118,7 +118,8 @@ def make_kernel(kernel, X, gamma=None, degree=3, coef0=1.0):
         return kernel
     if not isinstance(kernel, str) or kernel not in KERNEL_NAMES + ("polynomial",):
         raise ValueError(
-            f"kernel must be one of {KERNEL_NAMES} or a kernelref.kernels.Kernel; got {kernel!r}."
+            f"kernel must be one of {KERNEL_NAMES} or a kernelref.kernels.Kernel; got "
+            f"{kernel!r}."
         )
     if kernel == "precomputed":
         return kernel

@@ -51,8 +51,8 @@ def check_kernel_param(kernel, name, value, kind):
         )
         if isinstance(value, bool) or not integral or value < 1:
             raise ValueError(
-                f"{owner}: {name} must be {wanted}; got {_plain(value)!r}. A fractional "
-                "power of a negative xᵀx′ is not real; round the degree."
+                f"{owner}: {name} must be {wanted}; got {_plain(value)!r}. A "
+                "fractional power of a negative xᵀx′ is not real; round the degree."
             )
         return value
     try:
@@ -144,7 +144,8 @@ class Kernel(ParamsMixin, abc.ABC):
 
     @property
     def theta(self):
-        """Logarithms of the free hyperparameters, flattened (own first, then children)."""
+        """Logarithms of the free hyperparameters, flattened (own first, then
+        children)."""
         parts = [
             np.log(np.ravel(getattr(self, name)).astype(float))
             for name, _ in self._own()
@@ -180,8 +181,8 @@ class Kernel(ParamsMixin, abc.ABC):
             low, high = self._bounds_of(name)
             if not 0 < low <= high:
                 raise ValueError(
-                    f"{name}_bounds must be (low, high) with 0 < low <= high or 'fixed'; "
-                    f"got {(low, high)}."
+                    f"{name}_bounds must be (low, high) with 0 < low <= high or "
+                    f"'fixed'; got {(low, high)}."
                 )
             rows += [(np.log(low), np.log(high))] * size
         parts = [np.array(rows).reshape(-1, 2)] + [
@@ -312,9 +313,9 @@ def _check_same_domain(k1, k2, op):
     if isinstance(k2, Kernel) and k1.takes_objects != k2.takes_objects:
         on = {True: "objects", False: "vectors"}
         raise TypeError(
-            f"cannot form {type(k1).__name__} {op} {type(k2).__name__}: the first takes "
-            f"{on[k1.takes_objects]}, the second {on[k2.takes_objects]}. Combine kernels "
-            "on the same kind of sample."
+            f"cannot form {type(k1).__name__} {op} {type(k2).__name__}: the first "
+            f"takes {on[k1.takes_objects]}, the second {on[k2.takes_objects]}. Combine "
+            "kernels on the same kind of sample."
         )
 
 

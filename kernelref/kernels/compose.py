@@ -233,8 +233,8 @@ class PolynomialOf(Kernel):
         c = np.asarray(self.coef, dtype=float).reshape(-1)
         if c.size == 0 or (c < 0).any() or not np.isfinite(c).all():
             raise ValueError(
-                f"coef must be finite non-negative polynomial coefficients; got {self.coef!r}. "
-                "A negative coefficient can make the result indefinite."
+                "coef must be finite non-negative polynomial coefficients; got "
+                f"{self.coef!r}. A negative coefficient can make the result indefinite."
             )
         return c
 

@@ -3,7 +3,7 @@ rational quadratic and periodic (exp-sine-squared).
 
 They depend on x − x′ only, through the scaled distance
 
-    r = ‖(x − x′)/ℓ‖ = (Σ_d (x_d − x′_d)²/ℓ_d²)^½                (label ``kernel-scaled-distance``)
+    r = ‖(x − x′)/ℓ‖ = (Σ_d (x_d − x′_d)²/ℓ_d²)^½    (label ``kernel-scaled-distance``)
 
 with one length scale ℓ or, for automatic relevance determination, one ℓ_d per
 input. The parametrisation is scikit-learn's (``length_scale``, ``nu``,
@@ -156,7 +156,8 @@ class Matern(_Radial):
         if isinstance(value, (bool, np.bool_)) or value not in MATERN_NUS:
             raise ValueError(
                 f"Matern: nu must be one of {MATERN_NUS} (the orders with a closed "
-                f"form); got {value!r}. For nu = inf use RBF(gamma=1/(2 length_scale²))."
+                f"form); got {value!r}. For nu = inf use "
+                "RBF(gamma=1/(2 length_scale²))."
             )
         self._nu = float(value)
 

@@ -266,7 +266,8 @@ class ARD(Kernel):
             yield -gamma_d * squared_distances(X[:, d : d + 1]) * K
 
     def gradient_dot(self, X, W, K=None):
-        """Σ_ab W_ab ∂K_ab/∂log γ_d for all d in O(n²) memory (label ``kernel-ard-grad``).
+        """Σ_ab W_ab ∂K_ab/∂log γ_d for all d in O(n²) memory (label
+        ``kernel-ard-grad``).
 
         With M = W ∘ K, Σ_ab M_ab (x_ad − x_bd)² = x_d²·(M1 + Mᵀ1) − 2 x_dᵀ M x_d,
         so no (n, n, D) array is formed.

@@ -163,7 +163,8 @@ def fisher_scores(mixture, X, parameters="means"):
 
 
 def empirical_fisher(G):
-    """F = (1/N) Σ_n g_n g_nᵀ from the scores G (N, P) (label ``fisher-information``)."""
+    """F = (1/N) Σ_n g_n g_nᵀ from the scores G (N, P) (label
+    ``fisher-information``)."""
     return G.T @ G / len(G)
 
 
@@ -175,8 +176,8 @@ def fisher_factor(G, what):
     except LinAlgError:
         raise ValueError(
             f"the empirical Fisher information of {len(G)} reference {what} over "
-            f"{G.shape[1]} parameters is singular; give more, and more varied, reference "
-            f"{what} than there are parameters."
+            f"{G.shape[1]} parameters is singular; give more, and more varied, "
+            f"reference {what} than there are parameters."
         ) from None
 
 

@@ -132,7 +132,8 @@ def spectral_radius(A):
 
 
 class RandomWalkKernel(ObjectKernel):
-    """k(G, G′) = Σ_k λ^k 1ᵀ A×^k 1 = 1ᵀ (I − λA×)⁻¹ 1 (label ``random-walk-kernel``)."""
+    """k(G, G′) = Σ_k λ^k 1ᵀ A×^k 1 = 1ᵀ (I − λA×)⁻¹ 1 (label
+    ``random-walk-kernel``)."""
 
     def __init__(self, lam=0.1):
         self.lam = lam
@@ -152,9 +153,9 @@ class RandomWalkKernel(ObjectKernel):
         if len(alphabets) > 1:
             shown = [sorted(a, key=repr) for a in alphabets]
             raise ValueError(
-                f"the graphs label their nodes from different alphabets {shown}; the walks "
-                "of two graphs can only be matched label for label over one alphabet. "
-                "Pass the same alphabet= to every Graph."
+                f"the graphs label their nodes from different alphabets {shown}; the "
+                "walks of two graphs can only be matched label for label over one "
+                "alphabet. Pass the same alphabet= to every Graph."
             )
         products, worst = {}, (0.0, None)
         for n, x in enumerate(X):
@@ -167,9 +168,9 @@ class RandomWalkKernel(ObjectKernel):
                 )
         if lam * worst[0] >= 1:
             raise ValueError(
-                f"lam={lam!r} is too large: the walk series Σ λ^k A×^k diverges for the pair "
-                f"{worst[1]}, whose product graph has spectral radius {worst[0]:.4g}; "
-                f"choose lam < {1 / worst[0]:.4g}."
+                f"lam={lam!r} is too large: the walk series Σ λ^k A×^k diverges for "
+                f"the pair {worst[1]}, whose product graph has spectral radius "
+                f"{worst[0]:.4g}; choose lam < {1 / worst[0]:.4g}."
             )
         return lam, products
 

@@ -45,7 +45,8 @@ def _stochastic(M, name, shape):
 @dataclass(frozen=True, eq=False)
 class DiscreteHMM:
     """π (K,) the initial state probabilities, A (K, K) the transitions
-    A_ij = p(z_t = j | z_{t−1} = i), B (K, S) the emissions B_j(s) = p(x_t = s | z_t = j)."""
+    A_ij = p(z_t = j | z_{t−1} = i), B (K, S) the emissions
+    B_j(s) = p(x_t = s | z_t = j)."""
 
     start: np.ndarray
     transition: np.ndarray
@@ -103,8 +104,8 @@ class MarginalisedHMMKernel(ObjectKernel):
             )
         if isinstance(x, str) or not isinstance(x, (list, tuple, np.ndarray)):
             raise TypeError(
-                f"{name} must be a sequence of integer symbols (list, tuple or 1-D array); "
-                f"got {type(x).__name__}."
+                f"{name} must be a sequence of integer symbols (list, tuple or 1-D "
+                f"array); got {type(x).__name__}."
             )
         seq = np.asarray(x)
         if seq.ndim != 1 or len(seq) == 0:
@@ -117,7 +118,8 @@ class MarginalisedHMMKernel(ObjectKernel):
             or (seq >= self.hmm.n_symbols).any()
         ):
             raise ValueError(
-                f"{name} must hold integer symbols in [0, {self.hmm.n_symbols}); got {x!r}."
+                f"{name} must hold integer symbols in [0, {self.hmm.n_symbols}); got "
+                f"{x!r}."
             )
         return tuple(int(s) for s in seq)
 
@@ -161,8 +163,9 @@ def hmm_fisher_scores(hmm, sequences):
 
 
 class HMMFisherKernel(MarginalisedHMMKernel):
-    """k(x, x′) = g(x)ᵀ F⁻¹ g(x′) with the HMM's emission scores (label ``fisher-kernel``),
-    F the empirical Fisher information of the reference sequences."""
+    """k(x, x′) = g(x)ᵀ F⁻¹ g(x′) with the HMM's emission scores (label
+    ``fisher-kernel``), F the empirical Fisher information of the reference
+    sequences."""
 
     def __init__(self, hmm, reference):
         self.hmm = hmm

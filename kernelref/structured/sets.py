@@ -21,8 +21,8 @@ from kernelref.structured.base import ObjectKernel
 def _as_set(x, name):
     if not isinstance(x, (set, frozenset)):
         raise TypeError(
-            f"{name} must be a set or frozenset; got {type(x).__name__}. A list may repeat "
-            "elements, which a set kernel cannot count: pass frozenset(x)."
+            f"{name} must be a set or frozenset; got {type(x).__name__}. A list may "
+            "repeat elements, which a set kernel cannot count: pass frozenset(x)."
         )
     return frozenset(x)
 
@@ -60,7 +60,8 @@ class MeanEmbeddingKernel(ObjectKernel):
     def check_sample(self, x, name):
         if not isinstance(self.base_kernel, Kernel) or self.base_kernel.takes_objects:
             raise TypeError(
-                f"base_kernel must be a kernelref kernel on vectors; got {self.base_kernel!r}."
+                "base_kernel must be a kernelref kernel on vectors; got "
+                f"{self.base_kernel!r}."
             )
         try:
             A = np.asarray(x, dtype=float)
@@ -71,7 +72,8 @@ class MeanEmbeddingKernel(ObjectKernel):
             ) from None
         if A.ndim != 2:
             raise ValueError(
-                f"{name} must be a set of vectors as an (m, D) array; got shape {A.shape}."
+                f"{name} must be a set of vectors as an (m, D) array; got shape "
+                f"{A.shape}."
             )
         if len(A) == 0:
             raise ValueError(
@@ -85,8 +87,9 @@ class MeanEmbeddingKernel(ObjectKernel):
     def pair(self, x, y):
         if x.shape[1] != y.shape[1]:
             raise ValueError(
-                f"sets of vectors of different dimension ({x.shape[1]} and {y.shape[1]}) "
-                "cannot be compared; give every vector the same number of features."
+                f"sets of vectors of different dimension ({x.shape[1]} and "
+                f"{y.shape[1]}) cannot be compared; give every vector the same number "
+                "of features."
             )
         return float(self.base_kernel(x, y).mean())
 

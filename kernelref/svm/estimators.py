@@ -124,7 +124,8 @@ class _BaseSVM(BaseEstimator):
         )
 
     def _solve_all(self, qps, rows):
-        """The ``Solution`` of every QP, in order (a backend solves them concurrently)."""
+        """The ``Solution`` of every QP, in order (a backend solves them
+        concurrently)."""
         return [self._solve(qp, rows) for qp in qps]
 
     def _set_support_vectors(self):
@@ -291,7 +292,8 @@ class _BaseSVC(ClassifierMixin, _BaseSVM):
         return np.vstack(rows)
 
     def _check_separable(self, rows, idx, y_pm):
-        """Hard margin: is there β, b with y_n(Σ_m K_nm β_m + b) ≥ 1? (a linear program)."""
+        """Hard margin: is there β, b with y_n(Σ_m K_nm β_m + b) ≥ 1? (a linear
+        program)."""
         # Imported here: scipy.optimize costs 0.2 s at start-up, and only C=inf uses it.
         from scipy.optimize import linprog
 
@@ -306,8 +308,9 @@ class _BaseSVC(ClassifierMixin, _BaseSVM):
         )
         if res.status == 2:
             raise ValueError(
-                "C=np.inf asks for the hard-margin SVM, but the classes are not separable in "
-                "the kernel's feature space; use a finite C (the soft margin)."
+                "C=np.inf asks for the hard-margin SVM, but the classes are not "
+                "separable in the kernel's feature space; use a finite C (the soft "
+                "margin)."
             )
 
     def decision_function(self, X):
@@ -460,10 +463,11 @@ class NuSVC(SVC):
             if self.nu * (totals[i] + totals[j]) / 2.0 >= min(totals[i], totals[j]):
                 limit = 2.0 * min(totals[i], totals[j]) / (totals[i] + totals[j])
                 raise ValueError(
-                    f"nu={self.nu:g} is infeasible for classes {plain(self.classes_[i])!r} and "
-                    f"{plain(self.classes_[j])!r}: ν-SVC needs ν < 2 min(n₊, n₋)/n = {limit:.4g}, "
-                    "as Σα = νn/2 must fit in each class's box; at equality every multiplier "
-                    "of the smaller class is at its bound and the margin is undefined "
+                    f"nu={self.nu:g} is infeasible for classes "
+                    f"{plain(self.classes_[i])!r} and {plain(self.classes_[j])!r}: "
+                    f"ν-SVC needs ν < 2 min(n₊, n₋)/n = {limit:.4g}, as Σα = νn/2 must "
+                    "fit in each class's box; at equality every multiplier of the "
+                    "smaller class is at its bound and the margin is undefined "
                     "(r = ∞); lower nu."
                 )
 
@@ -484,7 +488,8 @@ class _BaseRegressionLike(_BaseSVM):
 
     def dual_problems(self, y=None, sample_weight=None):
         """The QP with the (α, ρ, r) this fitted model holds, read back from
-        ``dual_coef_``, ``support_`` and ``intercept_``: a list of one ``DualProblem``."""
+        ``dual_coef_``, ``support_`` and ``intercept_``: a list of one
+        ``DualProblem``."""
         check_is_fitted(self, "support_")
         n = self.shape_fit_[0]
         w = self._sample_weight(sample_weight, n)
@@ -506,7 +511,8 @@ class _BaseRegressionLike(_BaseSVM):
         return self.decision_function(X)[:, None]
 
     def decision_function(self, X):
-        """Σ_s dual_coef_s k(x_s, x) + b (labels ``svr-predict``, ``svm-one-class-dual``)."""
+        """Σ_s dual_coef_s k(x_s, x) + b (labels ``svr-predict``,
+        ``svm-one-class-dual``)."""
         return self._kernel_to_sv(X) @ self.dual_coef_[0] + self.intercept_[0]
 
 

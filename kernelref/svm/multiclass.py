@@ -86,7 +86,8 @@ def ovo_decision(K_sv, dual_coef, intercept, n_support):
 
 
 def ovo_vote(dec, n_classes):
-    """Class index by (ovo-vote); np.argmax returns the first maximum, the lowest class."""
+    """Class index by (ovo-vote); np.argmax returns the first maximum, the lowest
+    class."""
     votes = np.zeros((len(dec), n_classes), dtype=int)
     rows = np.arange(len(dec))
     for p, (i, j) in enumerate(pairs(n_classes)):
@@ -127,7 +128,8 @@ class OneVsRestClassifier(ClassifierMixin, BaseEstimator):
         X = check_samples(X, kernel, "X", accept_sparse=accepts_sparse(kernel))
         self.classes_, y_index = check_classification_targets(y, X.shape[0], "y")
         record_n_features(self, X)
-        # Two classes need one machine, classes_[1] against classes_[0], as in scikit-learn.
+        # Two classes need one machine, classes_[1] against classes_[0], as in
+        # scikit-learn.
         positives = [1] if len(self.classes_) == 2 else range(len(self.classes_))
         self.estimators_ = []
         for c in positives:

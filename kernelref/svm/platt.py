@@ -62,7 +62,8 @@ MIN_PAIRWISE_PROBABILITY = 1e-7
 
 def platt_targets(y):
     """Smoothed targets: t₊ = (N₊+1)/(N₊+2) where y = 1, t₋ = 1/(N₋+2) where y = 0
-    (in label ``platt-objective``): the posterior mean of a Bernoulli under a uniform prior."""
+    (in label ``platt-objective``): the posterior mean of a Bernoulli under a uniform
+    prior."""
     n_positive = np.count_nonzero(y == 1)
     n_negative = len(y) - n_positive
     return np.where(
@@ -258,9 +259,9 @@ class PlattCalibrated(ClassifierMixin, BaseEstimator):
         counts = np.bincount(y_index)
         if counts.min() < self.cv:
             raise ValueError(
-                f"y has {counts.min()} samples of class {classes[counts.argmin()]!r}, fewer "
-                f"than cv={self.cv} folds; every class needs at least cv samples. "
-                "Lower cv or collect more samples of that class."
+                f"y has {counts.min()} samples of class {classes[counts.argmin()]!r}, "
+                f"fewer than cv={self.cv} folds; every class needs at least cv "
+                "samples. Lower cv or collect more samples of that class."
             )
         return X, classes, y_index
 

@@ -8,12 +8,12 @@ with Q_st = y_s y_t k(x_src(s), x_src(t)); the ν forms add eᵀα = Δ₂ (labe
 ``svm-nu-equality``). A formulation only says what p, y, C, the start α⁰ and
 src (the sample behind each variable) are — the table of libsvm's ``svm.cpp``:
 
-    form      variables  p                  y          C_t        α⁰
-    C-SVC     l          −1                 labels     C·w_t      0
-    ν-SVC     l          0                  labels     w_t        ν Σw/2 per class, greedily
-    one-class l          0                  +1         w_t        ν Σw, greedily from the front
-    ε-SVR     2l         ε − z, ε + z       +1, −1     C·w_t      0
-    ν-SVR     2l         −z, +z             +1, −1     C·w_t      C ν Σw/2, greedily, α = α*
+    form       variables  p             y       C_t    α⁰
+    C-SVC      l          −1            labels  C·w_t  0
+    ν-SVC      l          0             labels  w_t    ν Σw/2 per class, greedily
+    one-class  l          0             +1      w_t    ν Σw, greedily from the front
+    ε-SVR      2l         ε − z, ε + z  +1, −1  C·w_t  0
+    ν-SVR      2l         −z, +z        +1, −1  C·w_t  C ν Σw/2, greedily, α = α*
 
 (w_t are the sample weights; z the regression targets). ``KernelRows`` supplies
 the rows of the Gram matrix the solver asks for, computed on demand and cached.

@@ -176,7 +176,8 @@ def pair_step(state, i, j, Ki, Kj):
 
 
 def reconstruct_gradient(qp, rows, alpha_full):
-    """−y ∘ G for every variable, from α alone (after shrinking, label ``svm-gradient``)."""
+    """−y ∘ G for every variable, from α alone (after shrinking, label
+    ``svm-gradient``)."""
     coef = np.bincount(qp.src, weights=qp.y * alpha_full, minlength=len(rows.diag))
     return -qp.y * qp.p - rows.weighted_sum(coef)[qp.src]
 
@@ -282,8 +283,8 @@ def solve(qp, rows, tol=1e-3, shrinking=True, max_iter=-1, callback=None):
     converged = gap < tol
     if not converged:
         warnings.warn(
-            f"SMO stopped at max_iter={max_iter} iterations with m(α) − M(α) = {gap:.3g} "
-            f"≥ tol = {tol:g}; raise max_iter or tol.",
+            f"SMO stopped at max_iter={max_iter} iterations with m(α) − M(α) = "
+            f"{gap:.3g} ≥ tol = {tol:g}; raise max_iter or tol.",
             ConvergenceWarning,
             stacklevel=3,
         )
