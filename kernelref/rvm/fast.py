@@ -150,6 +150,12 @@ REFRESH_INTERVAL_MAX = 1024
 #: or deletion pays and every α_i is within a factor e^POLISH_NEAR of its optimum.
 POLISH_NEAR = 1.0
 
+#: ... or once the re-estimations together gain this many times the best addition or
+#: deletion (`_polish_pays`), at most once every POLISH_EVERY iterations.
+POLISH_RATIO = 10.0
+POLISH_EVERY = 20
+POLISH_EVERY_M = 0.0
+
 #: How β is learnt alongside α (see `fast_regression`).
 BETA_SCHEDULES = ("auto", "both", "update", "hold")
 #: The 'auto' schedule's held phase stops once every α is within this of its optimum
@@ -404,7 +410,13 @@ class FastLoop:
             self.polish
             and not settled
             and gain[j] > 0
-            and _near(model, new_alpha, gain)
+            and (
+                _near(model, new_alpha, gain)
+                or (
+                    self.update_beta
+                    and _polish_pays(model, new_alpha, gain, state.actions)
+                )
+            )
         ):
             polished = polish_model(
                 model, len(self.t), self.update_beta, self.beta_max, self.tol
@@ -827,6 +839,23 @@ def _near(model, new_alpha, gain):
         return False
     a = model.active
     return bool(np.all(np.abs(np.log(new_alpha[a] / model.alpha[a])) < POLISH_NEAR))
+
+
+def _polish_pays(model, new_alpha, gain, actions):
+    """Whether a joint polish is worth more than the next single steps: the best
+    action is a re-estimation, the re-estimations together gain at least
+    `POLISH_RATIO` times the best addition or deletion, and no polish ran in the
+    last `POLISH_EVERY` iterations."""
+    a = model.active
+    moves = np.isfinite(new_alpha) != np.isfinite(model.alpha)
+    best_move = gain[moves].max(initial=0.0)
+    re_gain = gain[a]
+    if re_gain.max(initial=0.0) <= best_move:
+        return False
+    if re_gain[re_gain > 0].sum() < POLISH_RATIO * best_move:
+        return False
+    every = int(max(POLISH_EVERY, POLISH_EVERY_M * len(a)))
+    return not any(kind == "polish" for kind, _ in actions[-every:])
 
 
 def polish_model(model, N, update_beta, beta_max, tol=1e-3):
