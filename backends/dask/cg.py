@@ -113,7 +113,8 @@ def centred_chunk(ref, j, shift):
 
 
 def tiled_product(kernel, X_rows, x_norms, Y, y_norms, V, out, buffer):
-    """out += k(X_rows, Y) V, one reused ``TILE_ROWS`` × ``TILE_COLS`` tile at a time."""
+    """out += k(X_rows, Y) V, one reused ``TILE_ROWS`` × ``TILE_COLS`` tile at a
+    time."""
     for c0 in range(0, len(Y), TILE_COLS):
         cols = slice(c0, c0 + TILE_COLS)
         for r0 in range(0, len(X_rows), TILE_ROWS):
@@ -256,8 +257,8 @@ def check_rank(rank, name="rank"):
     if isinstance(rank, str):
         if rank != "auto":
             raise ValueError(
-                f"{name} must be a positive integer or 'auto' (chosen from the kernel's "
-                f"spectrum); got {rank!r}."
+                f"{name} must be a positive integer or 'auto' (chosen from the "
+                f"kernel's spectrum); got {rank!r}."
             )
         return rank
     from kernelref._validation import check_integer
@@ -298,7 +299,8 @@ class WoodburyPreconditioner:
 def conjugate_gradients(
     K_times, t, lam, precondition=None, tol=DEFAULT_TOL, max_iter=DEFAULT_MAX_ITER
 ):
-    """Solve (K + λI) a = t by preconditioned conjugate gradients (``ridge-dual-solution``).
+    """Solve (K + λI) a = t by preconditioned conjugate gradients
+    (``ridge-dual-solution``).
 
     ``K_times(V)`` returns KV for an (N, k) array V; ``precondition(R)`` applies
     M⁻¹ ≈ (K + λI)⁻¹. The columns of a 2-D t are solved together (one product with
@@ -429,10 +431,10 @@ class ConjugateGradients:
                 return state
         if (pAp <= 0).any():
             raise LinAlgError(
-                "K + lam*I is not positive definite (conjugate gradients found a direction "
-                "of non-positive curvature); the kernel is not positive semi-definite on this "
-                "data. Use a larger lam, a positive semi-definite kernel, or "
-                "kernelref.ridge.KernelRidge."
+                "K + lam*I is not positive definite (conjugate gradients found a "
+                "direction of non-positive curvature); the kernel is not positive "
+                "semi-definite on this data. Use a larger lam, a positive "
+                "semi-definite kernel, or kernelref.ridge.KernelRidge."
             )
         alpha = rz[cols] / pAp
         X[:, cols] += alpha * P[:, cols]
@@ -471,10 +473,10 @@ class ConjugateGradients:
             if state.get("broken"):
                 reason = (
                     f"conjugate gradients stopped at iteration {state['n_iter']}, "
-                    f"relative residual {residual.max():.3g} > tol={self.tol:g}: rounding "
-                    "made a search direction flat (the system is numerically singular, "
-                    "e.g. nearly repeated centres), so this is as far as it goes; use a "
-                    "larger tol, fewer centres or a larger lam."
+                    f"relative residual {residual.max():.3g} > tol={self.tol:g}: "
+                    "rounding made a search direction flat (the system is numerically "
+                    "singular, e.g. nearly repeated centres), so this is as far as it "
+                    "goes; use a larger tol, fewer centres or a larger lam."
                 )
             else:
                 reason = (

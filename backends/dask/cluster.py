@@ -49,7 +49,8 @@ def _client_at(address):
 
     if not isinstance(address, str) or not address:
         raise TypeError(
-            f"address must be a scheduler address such as 'tcp://127.0.0.1:8786'; got {address!r}."
+            "address must be a scheduler address such as 'tcp://127.0.0.1:8786'; got "
+            f"{address!r}."
         )
     try:
         active = distributed.get_client()

@@ -126,7 +126,8 @@ def rbf_parts(kernel):
 
 
 def lanczos_tridiagonal(alphas, betas):
-    """(diagonal, off-diagonal) of T from one column's CG coefficients (``cg-lanczos``)."""
+    """(diagonal, off-diagonal) of T from one column's CG coefficients
+    (``cg-lanczos``)."""
     alphas = alphas[np.isfinite(alphas)]
     k = len(alphas)
     betas = betas[: k - 1]
@@ -136,7 +137,8 @@ def lanczos_tridiagonal(alphas, betas):
 
 
 def slq_log_quadrature(alphas, betas, norm_sq, steps=None):
-    """‖z‖²_M⁻¹ e₁ᵀ log(T) e₁ for one probe (``slq-quadrature``), T truncated to `steps`."""
+    """‖z‖²_M⁻¹ e₁ᵀ log(T) e₁ for one probe (``slq-quadrature``), T truncated to
+    `steps`."""
     diagonal, off = lanczos_tridiagonal(alphas, betas)
     if steps is not None:
         diagonal, off = diagonal[:steps], off[: max(steps - 1, 0)]

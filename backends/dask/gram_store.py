@@ -59,7 +59,8 @@ def fingerprint(X):
 
 
 def kernel_spec(kernel):
-    """``kernel.spec()`` as it reads back from JSON, so it compares equal to a stored one."""
+    """``kernel.spec()`` as it reads back from JSON, so it compares equal to a stored
+    one."""
     return json.loads(json.dumps(kernel.spec(), default=_json_scalar))
 
 
@@ -126,7 +127,8 @@ class GramStore:
     def _check_block_index(self, index, name):
         if not (isinstance(index, (int, np.integer)) and 0 <= index < self.n_blocks):
             raise IndexError(
-                f"{name} must be a block index in 0..{self.n_blocks - 1}; got {index!r}."
+                f"{name} must be a block index in 0..{self.n_blocks - 1}; got "
+                f"{index!r}."
             )
 
     def __repr__(self):
@@ -139,7 +141,8 @@ class GramStore:
     # -- opening ---------------------------------------------------------------
     @classmethod
     def open(cls, path, X=None, kernel=None):
-        """Open a complete store; with `X` or `kernel`, check they are the ones it holds.
+        """Open a complete store; with `X` or `kernel`, check they are the ones it
+        holds.
 
         Raises ValueError if `path` holds no Gram store, an incomplete one, or
         one built for other data or another kernel.
@@ -151,8 +154,9 @@ class GramStore:
                 "GramStore.build(path, X, kernel)."
             )
         incomplete = ValueError(
-            f"the Gram store at {str(path)!r} is incomplete (its build was interrupted); "
-            "GramStore.build(path, X, kernel) with the same X and kernel resumes it."
+            f"the Gram store at {str(path)!r} is incomplete (its build was "
+            "interrupted); GramStore.build(path, X, kernel) with the same X and kernel "
+            "resumes it."
         )
         if not _has_gram_array(path):
             raise incomplete
@@ -223,7 +227,8 @@ class GramStore:
             )
         if progress is not None and not callable(progress):
             raise TypeError(
-                f"progress must be a callable (n_done, n_total) or None; got {progress!r}."
+                "progress must be a callable (n_done, n_total) or None; got "
+                f"{progress!r}."
             )
         path = pathlib.Path(path).resolve()
         wanted = {
@@ -356,9 +361,9 @@ class GramStore:
             raise
         if self.missing_blocks():
             raise RuntimeError(
-                f"blocks of the Gram store at {str(self.path)!r} are still missing after the "
-                "build; check that the workers share this file system, then build again to "
-                "resume it."
+                f"blocks of the Gram store at {str(self.path)!r} are still missing "
+                "after the build; check that the workers share this file system, then "
+                "build again to resume it."
             )
         self.group.attrs["complete"] = True
 
@@ -394,9 +399,9 @@ def _is_gram_store(path):
         )
     except (ValueError, AttributeError) as exc:
         raise StoreError(
-            f"the store metadata {str(meta)!r} is not valid JSON ({exc}): it is truncated "
-            "or damaged. Rebuild the store with GramStore.build(path, X, kernel, "
-            "overwrite=True), or remove the directory."
+            f"the store metadata {str(meta)!r} is not valid JSON ({exc}): it is "
+            "truncated or damaged. Rebuild the store with GramStore.build(path, X, "
+            "kernel, overwrite=True), or remove the directory."
         ) from exc
 
 
@@ -423,9 +428,9 @@ def _data_mismatch(path, attrs, data):
     if stored == data:
         return ""
     return (
-        f"the Gram store at {str(path)!r} was built for other data (shape {stored['shape']}, "
-        f"sha256 {stored['sha256'][:12]}…) than X (shape {data['shape']}, "
-        f"sha256 {data['sha256'][:12]}…)"
+        f"the Gram store at {str(path)!r} was built for other data (shape "
+        f"{stored['shape']}, sha256 {stored['sha256'][:12]}…) than X (shape "
+        f"{data['shape']}, sha256 {data['sha256'][:12]}…)"
     )
 
 

@@ -91,14 +91,18 @@ def chunk_problem(array, block):
     if not chunk.is_file():
         return "is missing"
     if not record.is_file():
-        return "has no recorded checksum (it was written by an older version, or cut short)"
+        return (
+            "has no recorded checksum "
+            "(it was written by an older version, or cut short)"
+        )
     if _digest(chunk) != record.read_text().strip():
         return "does not match its checksum (the file is truncated or altered)"
     return ""
 
 
 def damaged_chunks(array, blocks):
-    """The blocks among `blocks` whose chunk is missing or damaged, with what is wrong."""
+    """The blocks among `blocks` whose chunk is missing or damaged, with what is
+    wrong."""
     found = []
     for block in blocks:
         problem = chunk_problem(array, block)
@@ -114,8 +118,8 @@ def verify_chunk(array, block, fix):
     if problem:
         path = array_directory(array)
         raise DamagedChunkError(
-            f"block {tuple(block)} of the stored array {str(path)!r} {problem}; it is not "
-            f"used. {fix}",
+            f"block {tuple(block)} of the stored array {str(path)!r} {problem}; it is "
+            f"not used. {fix}",
             str(path),
             tuple(block),
         )

@@ -225,7 +225,8 @@ class KernelPCA(ReferenceKernelPCA):
             )
 
     def fit(self, X, y=None):
-        """Top k eigenpairs of K̃ (label ``kpca-eigen``), normalised (``kpca-normalise``)."""
+        """Top k eigenpairs of K̃ (label ``kpca-eigen``), normalised
+        (``kpca-normalise``)."""
         self._check_backend(None)
         X, kernel, k, _ = self._validate(X)
         n = X.shape[0]

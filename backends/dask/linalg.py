@@ -203,7 +203,8 @@ def _factor_tile(K, L, lam, i, j, b, *written):
 
 
 def tiled_cholesky(K, lam, L, client, order="right"):
-    """Write the lower Cholesky factor of K + λI into ``L``, tile by tile, on the cluster.
+    """Write the lower Cholesky factor of K + λI into ``L``, tile by tile, on the
+    cluster.
 
     ``K`` and ``L`` are Zarr arrays of the same shape and square chunking (``K``
     may instead be a tile source, see ``_tile``); only the tiles on and below the
@@ -283,9 +284,9 @@ def write_tile(L, i, j, b, tile):
 #
 # so its critical path is about 3T tile operations. The update of step j − 1 to
 # a tile of column j is one task, as it lies on the critical path; the earlier
-# steps are applied ``UPDATE_BATCH`` at a time, one task and one write each. Priorities give lookahead:
-# the tasks that produce column k + 1 (its updates, POTRF and TRSMs) outrank the
-# rest of step k's updates, so the next panel is ready while the workers are
+# steps are applied ``UPDATE_BATCH`` at a time, one task and one write each. Priorities
+# give lookahead: the tasks that produce column k + 1 (its updates, POTRF and TRSMs)
+# outrank the rest of step k's updates, so the next panel is ready while the workers are
 # still busy with the trailing matrix. An update cannot be applied in place and
 # stay safe to rerun (a rerun would subtract twice), so A⁽ᵏ⁺¹⁾_ij is a new file
 # ``<i>-<j>.<k+1>.npy`` in a work directory beside L, written atomically; the
@@ -468,8 +469,8 @@ def _diagonal_solve(L, i, b, rhs, transpose, *terms):
 def tiled_cho_solve(L, t, client):
     """x = (LLᵀ)⁻¹ t by blocked forward and back substitution on the cluster.
 
-    Forward: z_i = L_ii⁻¹ (t_i − Σ_{j<i} L_ij z_j); back: x_i = L_ii⁻ᵀ (z_i − Σ_{j>i} L_jiᵀ x_j).
-    ``t`` is (n,) or (n, k); the result has the same shape.
+    Forward: z_i = L_ii⁻¹ (t_i − Σ_{j<i} L_ij z_j); back: x_i = L_ii⁻ᵀ (z_i − Σ_{j>i}
+    L_jiᵀ x_j). ``t`` is (n,) or (n, k); the result has the same shape.
     """
     n, b = L.shape[0], L.chunks[0]
     t = np.asarray(t, dtype=np.float64)
@@ -496,7 +497,8 @@ def tiled_cho_solve(L, t, client):
 
 
 def dual_coefficients(K, t, lam, L, client):
-    """a = (K + λI)⁻¹ t through the tiled Cholesky factor (label ``ridge-dual-solution``).
+    """a = (K + λI)⁻¹ t through the tiled Cholesky factor (label
+    ``ridge-dual-solution``).
 
     The factor is written to the Zarr array ``L`` and can be reused for other t.
     """
@@ -505,7 +507,8 @@ def dual_coefficients(K, t, lam, L, client):
 
 
 def _wait_all(client, futures):
-    """Gather ``futures``; on the first error cancel the rest so no work is left running."""
+    """Gather ``futures``; on the first error cancel the rest so no work is left
+    running."""
     try:
         return client.gather(futures)
     except BaseException:

@@ -97,7 +97,8 @@ def nystrom_rows(ref, i, C, kernel, shift, U, t_ref):
 
 
 def leverage_rows(ref, i, S, kernel, shift, R):
-    """Worker task: λ·ℓ̃ for row chunk i: k_ii − ‖R⁻ᵀ k_iS‖² (see ``leverage_scores``)."""
+    """Worker task: λ·ℓ̃ for row chunk i: k_ii − ‖R⁻ᵀ k_iS‖² (see
+    ``leverage_scores``)."""
     X_i, x_norms = centred_chunk(ref, i, shift)
     S, s_norms = _centred(S, shift)
     K_iS = kernel_block(kernel, X_i, S, None, x_norms, s_norms)

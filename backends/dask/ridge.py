@@ -231,7 +231,8 @@ class KernelRidge(ReferenceKernelRidge):
         if L is None:
             L = create_factor(str(store.path / "cholesky"), store.n, store.chunk_size)
             tiled_cholesky(store.array, lam, L, client)
-            # Set last, so an interrupted factorisation is never taken for a finished one.
+            # Set last, so an interrupted factorisation is never taken for a finished
+            # one.
             L.attrs.update(
                 {
                     "lam": lam,
@@ -260,7 +261,8 @@ class KernelRidge(ReferenceKernelRidge):
         return pathlib.Path(self._temporary) / "gram.zarr"
 
     def __getstate__(self):
-        # The temporary store belongs to this object; a copy must neither own nor remove it.
+        # The temporary store belongs to this object; a copy must neither own nor remove
+        # it.
         state = dict(self.__dict__)
         state.pop("_cleanup", None)
         state.pop("_temporary", None)
@@ -269,7 +271,8 @@ class KernelRidge(ReferenceKernelRidge):
 
 
 def _reusable_factor(store, lam):
-    """The store's Cholesky factor if it was finished for this λ, data and kernel, else None."""
+    """The store's Cholesky factor if it was finished for this λ, data and kernel, else
+    None."""
     import zarr
 
     path = store.path / "cholesky"
@@ -301,9 +304,9 @@ def _reusable_factor(store, lam):
     damaged = damaged_chunks(L, lower_blocks(n_blocks(L.shape[0], L.chunks[0])))
     if damaged:
         warnings.warn(
-            f"the stored Cholesky factor {str(path)!r} has {len(damaged)} damaged tile(s) "
-            f"{[block for block, _ in damaged][:10]} (first: {damaged[0][1]}); it is "
-            "discarded and recomputed.",
+            f"the stored Cholesky factor {str(path)!r} has {len(damaged)} damaged "
+            f"tile(s) {[block for block, _ in damaged][:10]} (first: {damaged[0][1]}); "
+            "it is discarded and recomputed.",
             RuntimeWarning,
             stacklevel=3,
         )

@@ -89,7 +89,8 @@ def test_embedded_cluster_is_sized_to_machine_and_reused(tmp_path):
             client = get_client()
             again = get_client()
             workers = client.scheduler_info()["workers"].values()
-            print(again is client, len(workers), sorted({w["nthreads"] for w in workers}),
+            print(again is client, len(workers),
+                  sorted({w["nthreads"] for w in workers}),
                   sorted({w["memory_limit"] for w in workers}))
     """,
     )

@@ -12,7 +12,10 @@ import pytest
 dask = pytest.importorskip("dask")
 distributed = pytest.importorskip("distributed")
 
-from backends.dask.gp import GaussianProcessClassifier, GaussianProcessRegressor  # noqa: E402
+from backends.dask.gp import (  # noqa: E402
+    GaussianProcessClassifier,
+    GaussianProcessRegressor,
+)
 from kernelref.gp import GaussianProcessRegressor as ReferenceRegressor  # noqa: E402
 from kernelref.gp_classify import (  # noqa: E402
     GaussianProcessClassifier as ReferenceClassifier,
@@ -227,7 +230,7 @@ def test_right_looking_update_is_safe_to_rerun(tmp_path):
     np.testing.assert_allclose(L[...], np.linalg.cholesky(K), rtol=0, atol=1e-10)
 
 
-# -- a memory limit below the Gram matrix, and a worker killed mid-fit ------------------
+# -- a memory limit below the Gram matrix, and a worker killed mid-fit -----------------
 def worker_functions():
     def resident_bytes():
         import pathlib

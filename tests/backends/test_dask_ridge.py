@@ -1,4 +1,5 @@
-"""``backends.dask.KernelRidge`` equals the reference, with a Gram matrix larger than a worker."""
+"""``backends.dask.KernelRidge`` equals the reference, with a Gram matrix larger than a
+worker."""
 
 import gc
 import pathlib

@@ -103,7 +103,7 @@ class GaussianProcessClassifier(ClusterFitMixin, ReferenceClassifier):
 
     _transient = ("_fit", "_products")
 
-    # -- the cluster's pieces of Algorithm 3.1 ---------------------------------------------
+    # -- the cluster's pieces of Algorithm 3.1 -----------------------------------------
     def _tiles(self, kernel, W_sr=None):
         return KernelTiles(kernel, self._fit.store.x_ref, float(self.jitter), W_sr)
 
@@ -201,7 +201,7 @@ class GaussianProcessClassifier(ClusterFitMixin, ReferenceClassifier):
         self._fit.record(kernel.theta, mode.log_evidence, gradient)
         return mode.log_evidence, gradient
 
-    # -- fitting ---------------------------------------------------------------------------
+    # -- fitting -----------------------------------------------------------------------
     def _fit_binary(self, kernel, X, t):
         self.__dict__.pop("_products", None)  # K v of earlier data must not be reused
         identity = {
@@ -250,7 +250,7 @@ class GaussianProcessClassifier(ClusterFitMixin, ReferenceClassifier):
         )
         return self
 
-    # -- prediction (Algorithm 3.2, label gpc-predictive) ---------------------------------
+    # -- prediction (Algorithm 3.2, label gpc-predictive) ------------------------------
     def _binary_latent(self, X):
         client = get_client(self.address)
         factor = self._mode.L

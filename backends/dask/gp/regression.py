@@ -158,7 +158,7 @@ class GaussianProcessRegressor(ClusterFitMixin, ReferenceGaussianProcessRegresso
 
     _transient = ("_fit", "_matrix_free", "_record")
 
-    # -- the evidence on the cluster ------------------------------------------------------
+    # -- the evidence on the cluster ---------------------------------------------------
     def _factorise(self, kernel, noise, factor=None, client=None):
         """chol(K + σ²I) at ``kernel`` into the fit's factor (or ``factor``)."""
         x_ref = self._fit.store.x_ref if factor is None else self._x_ref
@@ -172,7 +172,8 @@ class GaussianProcessRegressor(ClusterFitMixin, ReferenceGaussianProcessRegresso
         except LinAlgError:
             raise NotPositiveDefiniteError(
                 f"K + noise*I is not positive definite (tiled Cholesky failed) with "
-                f"noise={noise:g}: increase noise or use a positive semi-definite kernel."
+                f"noise={noise:g}: increase noise or use a positive semi-definite "
+                "kernel."
             ) from None
 
     def _evidence(self, kernel, X, t, noise, eval_gradient):
@@ -194,7 +195,7 @@ class GaussianProcessRegressor(ClusterFitMixin, ReferenceGaussianProcessRegresso
             fit.record(kernel.theta, lml, gradient)
         return (lml, gradient) if eval_gradient else lml
 
-    # -- fitting ------------------------------------------------------------------------
+    # -- fitting -----------------------------------------------------------------------
     def fit(self, X, y):
         """ML-II (if ``optimizer``), then the factor and α at the learned θ."""
         if self.solver != "cholesky":
@@ -239,7 +240,7 @@ class GaussianProcessRegressor(ClusterFitMixin, ReferenceGaussianProcessRegresso
         record_n_features(self, X)
         return self
 
-    # -- prediction ---------------------------------------------------------------------
+    # -- prediction --------------------------------------------------------------------
     def predict(self, X, return_std=False, return_cov=False):
         """Predictive mean (``gp-predictive-mean``) and standard deviation or
         covariance (``gp-predictive-var``), by forward substitution on the cluster."""

@@ -32,6 +32,7 @@ import time
 import numpy as np
 
 from backends.dask.blocks import kernel_block
+from backends.dask.runtime import gather
 from backends.dask.rvm.tasks import ROW_GROUP, left_product_chunk, squared_norms_chunk
 from kernelref.rvm.design import check_kernel_columns
 
@@ -126,7 +127,7 @@ class StreamedDesign:
             pure=False,
         )
         try:
-            parts = self.client.gather(futures)
+            parts = gather(self.client, futures)
         finally:
             self.client.cancel(futures)
         self.counts["passes"] += 1

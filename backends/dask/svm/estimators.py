@@ -28,7 +28,7 @@ from backends.dask.estimator_args import (
     fit_identity,
     refuse_precomputed,
 )
-from backends.dask.runtime import FitStore, run_loop
+from backends.dask.runtime import FitStore, gather, run_loop
 from backends.dask.svm.decomposition import BlockDecomposition
 from backends.dask.svm.tasks import solve_part
 from backends.dask.svm.warm_start import partition, sub_problem, warm_start
@@ -156,7 +156,7 @@ class _DaskSVM:
             )
         try:
             for p, future in futures.items():
-                s = future.result()
+                (s,) = gather(client, [future])
                 results[p] = {
                     "alpha": s.alpha,
                     "rho": s.rho,

@@ -18,6 +18,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from backends.dask.runtime import gather
 from backends.dask.svm.tasks import solve_part
 from kernelref.svm import problems
 
@@ -148,7 +149,7 @@ def warm_start(qp, X_ref, kernel, client, parts, tol):
         places.append((samples, variables))
     found, iterations = [], []
     try:
-        for (samples, variables), solution in zip(places, client.gather(futures)):
+        for (samples, variables), solution in zip(places, gather(client, futures)):
             alpha[variables] = solution.alpha
             on_sample = np.bincount(
                 np.searchsorted(samples, qp.src[variables]), weights=solution.alpha
