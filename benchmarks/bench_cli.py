@@ -108,16 +108,19 @@ def command_overhead(directory, n, d, repeats):
     )
     print(f"  command-line overhead = {overhead:.3f} s wall (target < 0.5 s)")
     print(
-        f"  CPU time: command {min(cpu):.3f} s, Python API {cpu_python:.3f} s, overhead "
-        f"{min(cpu) - cpu_python:.3f} s (less sensitive to other processes' load)"
+        f"  CPU time: command {min(cpu):.3f} s, Python API {cpu_python:.3f} s, "
+        f"overhead {min(cpu) - cpu_python:.3f} s "
+        "(less sensitive to other processes' load)"
     )
     print(
-        f"  of which starting Python and importing kernelref.svm: {min(cpu_import):.3f} s CPU"
+        "  of which starting Python and importing kernelref.svm: "
+        f"{min(cpu_import):.3f} s CPU"
     )
-    print(
-        f"  ratio kernelref command / scikit-learn libsvm = "
-        f"{best['kernelref svm-train (command)'] / best['scikit-learn libsvm SVC.fit (in memory)']:.2f}"
+    ratio = (
+        best["kernelref svm-train (command)"]
+        / best["scikit-learn libsvm SVC.fit (in memory)"]
     )
+    print(f"  ratio kernelref command / scikit-learn libsvm = {ratio:.2f}")
 
 
 def load_time(directory, n_support, d, repeats):

@@ -76,7 +76,8 @@ import numpy as np
 
 
 def product_rate(client, b, repeats=3):
-    """Aggregate flop/s of one b × b product on every worker at once (best of repeats)."""
+    """Aggregate flop/s of one b × b product on every worker at once (best of
+    repeats)."""
 
     def one_product(b):
         import time
@@ -196,8 +197,9 @@ def main(argv=None):
         R_after = product_rate(client, b)
         floor_fit = n**3 / 3 / R
         print(
-            f"  fit with evidence   {t_fit:8.1f} s   floor N³/3 at R {floor_fit:8.1f} s   "
-            f"ratio {t_fit / floor_fit:.2f} (target <= 1.5)"
+            f"  fit with evidence   {t_fit:8.1f} s   "
+            f"floor N³/3 at R {floor_fit:8.1f} s   ratio {t_fit / floor_fit:.2f} "
+            "(target <= 1.5)"
         )
         bracket("fit", t_fit, n**3 / 3, R, R_after)
         theta = gp.kernel_.theta + 0.05
@@ -206,8 +208,9 @@ def main(argv=None):
         R_end = product_rate(client, b)
         floor_grad = n**3 / R
         print(
-            f"  evidence + gradient {t_total:8.1f} s   floor N³ at R   {floor_grad:8.1f} s   "
-            f"ratio {t_total / floor_grad:.2f} (target <= 1.5)"
+            f"  evidence + gradient {t_total:8.1f} s   "
+            f"floor N³ at R   {floor_grad:8.1f} s   ratio {t_total / floor_grad:.2f} "
+            "(target <= 1.5)"
         )
         bracket("evidence + gradient", t_total, n**3, R_after, R_end)
         if not args.no_left:

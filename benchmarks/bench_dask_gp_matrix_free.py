@@ -1,4 +1,5 @@
-"""The matrix-free GP (``GaussianProcessRegressor(solver="cg")``) on the embedded cluster.
+"""The matrix-free GP (``GaussianProcessRegressor(solver="cg")``) on the embedded
+cluster.
 
 Parts (``--part``, default ``all``: the three side by side in one run):
 

@@ -161,13 +161,14 @@ def scaling(n, chunk_size=2048):
             wall = (timings["gradient updates"] + timings["subproblem"]) / outer
             rows.append((workers, per, wall, max(client.run(peak_memory).values())))
     print(
-        f"Outer iterations at N={n} (q=2048, chunks of {chunk_size} rows), the first 20 "
-        "after a two-part start:"
+        f"Outer iterations at N={n} (q=2048, chunks of {chunk_size} rows), the first "
+        "20 after a two-part start:"
     )
     for workers, per, wall, peak in rows:
         print(
-            f"  {workers} worker(s): gradient update {per * 1e3:7.1f} ms, with subproblem "
-            f"{wall * 1e3:7.1f} ms per iteration; worker peak {peak / 2**20:.0f} MiB"
+            f"  {workers} worker(s): gradient update {per * 1e3:7.1f} ms, with "
+            f"subproblem {wall * 1e3:7.1f} ms per iteration; worker peak "
+            f"{peak / 2**20:.0f} MiB"
         )
     print(
         f"  speed-up of the products from 1 to 2 workers: {rows[0][1] / rows[1][1]:.2f}"

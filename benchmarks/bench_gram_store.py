@@ -46,7 +46,8 @@ def floor_seconds(X, repeats=2):
 
 
 def store_seconds(X, kernel, path, chunk_size, compressor, repeats=2):
-    """Best time of a full build of the store at `path` (rebuilt each run), and the store."""
+    """Best time of a full build of the store at `path` (rebuilt each run), and the
+    store."""
     best = np.inf
     for _ in range(repeats):
         start = time.perf_counter()
@@ -124,7 +125,8 @@ def main(argv=None):
     ratio = store_rate / floor_rate
     print(
         f"Gram build, RBF, N = {args.n}, D = {args.d}, chunk {args.chunk_size}, "
-        f"compressor {args.compressor}; store on {len(workers)} workers / {threads} threads"
+        f"compressor {args.compressor}; store on {len(workers)} workers / {threads} "
+        "threads"
     )
     print(f"{'':28}{'seconds':>9}{'Mentries/s':>12}{'MB/s':>9}")
     print(
@@ -137,7 +139,8 @@ def main(argv=None):
     )
     written = stored_entries / t_store
     print(
-        f"{'Zarr store (written)':28}{t_store:9.2f}{written / 1e6:12.1f}{8 * written / 1e6:9.0f}"
+        f"{'Zarr store (written)':28}{t_store:9.2f}{written / 1e6:12.1f}"
+        f"{8 * written / 1e6:9.0f}"
     )
     print(
         f"ratio store/floor = {ratio:.2f} (target >= {TARGET_RATIO}: "

@@ -95,8 +95,8 @@ def main(argv=None):
             np.abs(ours.decision_function(X[:500]) - theirs.decision_function(X[:500]))
         )
         print(
-            f"SVC.fit, RBF, N={n}, D={args.d}, tol=1e-3, shrinking={bool(args.shrinking)}, "
-            f"best of {args.repeats}"
+            f"SVC.fit, RBF, N={n}, D={args.d}, tol=1e-3, "
+            f"shrinking={bool(args.shrinking)}, best of {args.repeats}"
         )
         print(
             f"  kernelref     {t_ours:8.3f} s  ({ours.n_iter_[0]} iterations, "

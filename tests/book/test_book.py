@@ -134,7 +134,8 @@ def log_tail(completed):
 def test_book_builds_without_warnings(book_build):
     completed, html = book_build
     assert completed.returncode == 0, (
-        f"the book build failed (exit code {completed.returncode}):\n{log_tail(completed)}"
+        "the book build failed (exit code "
+        f"{completed.returncode}):\n{log_tail(completed)}"
     )
     # Sphinx says "build succeeded, N warnings." when there were any
     assert "build succeeded." in completed.stdout
@@ -159,7 +160,8 @@ def test_book_build_loads_mathjax_locally_and_nothing_from_a_cdn(book_build):
             f"{page.name} references a CDN: {CDN.search(html).group(0)}"
         )
         assert not REMOTE_RESOURCE.search(html), (
-            f"{page.name} loads a remote resource: {REMOTE_RESOURCE.search(html).group(0)}"
+            f"{page.name} loads a remote resource: "
+            f"{REMOTE_RESOURCE.search(html).group(0)}"
         )
         for src in MATHJAX_SCRIPT.findall(html):
             with_math += 1

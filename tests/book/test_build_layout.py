@@ -10,8 +10,9 @@ At 1400 px every equation, code block, printed output and table must fit. On a
 phone (390 px) every display equation must fit too: a long one is split over
 lines (``aligned``/``gathered``), never left to scroll sideways, and its number
 must not be drawn over it; so must every inline formula, which the browser cannot
-break (a long one is written as pieces, ``$a$ ${} = b$``, that can). Code may scroll on a phone (88 characters cannot fit
-390 px). No equation may be a TeX error, which MathJax would draw in red.
+break (a long one is written as pieces, ``$a$ ${} = b$``, that can). Code may scroll on
+a phone (88 characters cannot fit 390 px). No equation may be a TeX error, which MathJax
+would draw in red.
 
 Chromium comes from Debian's ``chromium`` package, which ``make install``
 installs; the test fails (it does not skip) when Chromium is missing. Set
@@ -78,7 +79,8 @@ MEASURE = r"""
     const items = doc ? doc.getMathItemsWithin(m) : [];
     records.push({
       kind: 'inline math',
-      name: items.length ? items[0].math.replace(/\s+/g, ' ').slice(0, 70) : `#${i + 1}`,
+      name: items.length
+        ? items[0].math.replace(/\s+/g, ' ').slice(0, 70) : `#${i + 1}`,
       section: section(m),
       scroll: Math.ceil(m.getBoundingClientRect().width),
       client: block ? block.clientWidth : 0,

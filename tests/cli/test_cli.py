@@ -262,7 +262,7 @@ def test_info_names_format_version_and_provenance(cli, tmp_path):
     assert str(tmp_path / "train.csv") in out and "library_version" in out
 
 
-# -- libsvm ------------------------------------------------------------------------------
+# -- libsvm ----------------------------------------------------------------------------
 LIBSVM_LINES = {
     "-s 0 -t 2 -g 0.5 -c 10 -e 0.001": ("SVC", {"C": 10, "gamma": 0.5, "tol": 1e-3}),
     "-s 1 -t 1 -d 2 -g 0.3 -r 1 -n 0.3": (
@@ -317,7 +317,8 @@ def test_svm_train_equals_libsvm(run, tmp_path):
     y_test = np.where(X_test[:, 0] + X_test[:, 1] > 0, 1, -1)
     correct = int(np.sum(peer.predict(X_test) == y_test))
     assert done.stdout.strip() == (
-        f"Accuracy = {100 * correct / len(y_test):g}% ({correct}/{len(y_test)}) (classification)"
+        f"Accuracy = {100 * correct / len(y_test):g}% ({correct}/{len(y_test)}) "
+        "(classification)"
     )
     written = np.loadtxt(tmp_path / "out.txt")
     assert np.array_equal(
@@ -365,7 +366,7 @@ def test_svm_train_probability_and_weights(cli, tmp_path):
     assert abs(sum(map(float, probabilities)) - 1) < 1e-5
 
 
-# -- bad input ---------------------------------------------------------------------------
+# -- bad input -------------------------------------------------------------------------
 def bad_files(tmp_path, cli):
     """A good model file and its damaged copies; a CSV with a non-numeric cell."""
     write_csv(tmp_path / "train.csv", X, t)
@@ -609,11 +610,12 @@ def test_backends_are_found_through_entry_points():
     assert models.estimator_class("svc", "dask") is backends.dask.SVC
 
 
-# -- progress ----------------------------------------------------------------------------
+# -- progress --------------------------------------------------------------------------
 def on_terminal(command):
     """What `command` writes to stderr when stderr is a (pseudo-)terminal."""
     controller, terminal = pty.openpty()
-    # a new pseudo-terminal is 0 columns wide, where a bar has no room: size it as a window
+    # a new pseudo-terminal is 0 columns wide, where a bar has no room: size it as a
+    # window
     fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
     with subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=terminal, env=environment()

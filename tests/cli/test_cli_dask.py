@@ -21,7 +21,8 @@ t = np.sin(X[:, 0]) + 0.1 * rng.normal(size=50)
 
 
 def cluster(**options):
-    """One worker thread in this process; the command line reaches it over the network."""
+    """One worker thread in this process; the command line reaches it over the
+    network."""
     return distributed.LocalCluster(
         n_workers=1,
         threads_per_worker=1,

@@ -78,7 +78,7 @@ def test_non_symmetric_user_kernel_is_refused_by_the_svm():
         SVC(kernel=Skewed()).fit(X, y_class)
 
 
-# -- kernel hyperparameters, wherever they are set --------------------------------------
+# -- kernel hyperparameters, wherever they are set -------------------------------------
 @pytest.mark.parametrize(
     "make,name",
     [

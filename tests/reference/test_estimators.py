@@ -1,4 +1,5 @@
-"""Estimator conventions: scikit-learn's machinery works with ours; bad input is refused."""
+"""Estimator conventions: scikit-learn's machinery works with ours; bad input is
+refused."""
 
 import numpy as np
 import pytest

@@ -139,7 +139,8 @@ def test_laplace_covariance_is_the_inverse_finite_difference_hessian():
 
 
 def gaussian_approximation(K, t, mode):
-    """The unnormalised Gaussian that the Laplace method integrates, as a function of f."""
+    """The unnormalised Gaussian that the Laplace method integrates, as a function of
+    f."""
     precision = np.linalg.inv(K) + np.diag(mode.W_sr**2)
     peak = log_likelihood(mode.f, t) + multivariate_normal(np.zeros(len(t)), K).logpdf(
         mode.f
@@ -194,7 +195,8 @@ def test_laplace_evidence_is_the_integral_of_its_gaussian(n, capsys):
     with capsys.disabled():
         print(
             f"\n  n={n}: log evidence exact {np.log(exact_integral):.6f}, Laplace "
-            f"{mode.log_evidence:.6f}, gap {np.log(exact_integral) - mode.log_evidence:+.2e}"
+            f"{mode.log_evidence:.6f}, gap "
+            f"{np.log(exact_integral) - mode.log_evidence:+.2e}"
         )
 
 

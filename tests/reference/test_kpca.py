@@ -46,7 +46,8 @@ def test_eigenvalues_and_projections_equal_scikit_learn(
     Z, Z_theirs = ours.fit_transform(X), theirs.fit_transform(X)
     # Weyl: rounding δ ≈ 1e-16 in the entries of K moves every eigenvalue by at most
     # ‖E‖₂ ≤ nδ, so eigenvalues near 1e-11·λ_max agree only to that absolute level;
-    # our distances are centred first, scikit-learn's are not, so their rounding differs.
+    # our distances are centred first, scikit-learn's are not, so their rounding
+    # differs.
     np.testing.assert_allclose(
         ours.eigenvalues_,
         theirs.eigenvalues_,

@@ -11,12 +11,22 @@ pytest.importorskip("sklearn")
 
 from sklearn.utils.estimator_checks import parametrize_with_checks  # noqa: E402
 
-from kernelref.gp import GaussianProcessClassifier, GaussianProcessRegressor  # noqa: E402
+from kernelref.gp import (  # noqa: E402
+    GaussianProcessClassifier,
+    GaussianProcessRegressor,
+)
 from kernelref.kpca import KernelPCA  # noqa: E402
 from kernelref.nadaraya_watson import NadarayaWatson  # noqa: E402
 from kernelref.ridge import KernelRidge  # noqa: E402
 from kernelref.rvm import RVC, RVR  # noqa: E402
-from kernelref.svm import SVC, SVR, NuSVC, NuSVR, OneClassSVM, OneVsRestClassifier  # noqa: E402
+from kernelref.svm import (  # noqa: E402
+    SVC,
+    SVR,
+    NuSVC,
+    NuSVR,
+    OneClassSVM,
+    OneVsRestClassifier,
+)
 from kernelref.svm.platt import PlattCalibrated  # noqa: E402
 
 # Run in pytest (not slow) unless marked below: about 40 s in all on a quiet machine.
@@ -33,7 +43,8 @@ ESTIMATORS = [
     NadarayaWatson(),
     KernelPCA(),
     GaussianProcessRegressor(),
-    # the Laplace fit with a fixed kernel: L-BFGS-B over θ takes 45 s on the checks' data
+    # the Laplace fit with a fixed kernel: L-BFGS-B over θ takes 45 s on the checks'
+    # data
     GaussianProcessClassifier(optimizer=None),
     # one β schedule instead of both: 0.9 s per fit instead of 6 s on the checks' data
     RVR(beta_schedule="update"),

@@ -66,7 +66,7 @@ def random_graph(rng, n, p=0.5, labels="ab"):
     )
 
 
-# -- closed forms against brute force ------------------------------------------------------
+# -- closed forms against brute force --------------------------------------------------
 def test_set_kernels_are_inner_products_of_indicator_features():
     universe = range(5)
     subsets = [
@@ -186,7 +186,8 @@ def test_random_walk_kernel_equals_enumeration_of_common_walks():
     ]
     enumerated = sum(lam**k * common[k] for k in range(L + 1))
     closed = RandomWalkKernel(lam)([G], [H])[0, 0]
-    # the omitted tail Σ_{k>L} λ^k 1ᵀA×^k 1 ≤ Σ_{k>L} (λρ)^k n× for ρ the spectral radius
+    # the omitted tail Σ_{k>L} λ^k 1ᵀA×^k 1 ≤ Σ_{k>L} (λρ)^k n× for ρ the spectral
+    # radius
     n_x = sum(G.labels[i] == H.labels[j] for i in range(5) for j in range(4))
     rho = max(abs(np.linalg.eigvalsh(G.adjacency))) * max(
         abs(np.linalg.eigvalsh(H.adjacency))
@@ -196,7 +197,7 @@ def test_random_walk_kernel_equals_enumeration_of_common_walks():
     assert tail < 1e-6 * closed
 
 
-# -- positive semi-definite where the theory says so ----------------------------------------
+# -- positive semi-definite where the theory says so -----------------------------------
 @settings(max_examples=20, deadline=None)
 @given(seed=st.integers(0, 10_000))
 def test_claimed_kernels_are_psd_on_random_inputs(seed):
@@ -240,7 +241,7 @@ def test_smith_waterman_score_is_not_psd():
     assert report.min_eigenvalue < -0.4 and not report.is_psd
 
 
-# -- generative kernels ----------------------------------------------------------------------
+# -- generative kernels ----------------------------------------------------------------
 def test_mixture_and_density_product_kernels_match_formulas():
     X = MIXTURE.sample(6, np.random.default_rng(6))[0]
 
@@ -313,7 +314,7 @@ def test_seed_003_fisher_kernel_typo_gives_a_rank_one_non_kernel():
     assert np.linalg.matrix_rank(k(X)) == 4
 
 
-# -- estimators on objects equal estimators on the Gram matrix ----------------------------
+# -- estimators on objects equal estimators on the Gram matrix -------------------------
 def sequence_data():
     rng = np.random.default_rng(9)
     a = ["".join(rng.choice(list("aab"), size=6)) for _ in range(12)]
@@ -443,7 +444,7 @@ def test_composition_keeps_takes_objects_and_refuses_mixing():
         SpectrumKernel(2) + RBF(1.0)
 
 
-# -- bad input ---------------------------------------------------------------------------------
+# -- bad input -------------------------------------------------------------------------
 def test_bad_inputs_get_clear_errors():
     with pytest.raises(ValueError, match="X has 0 samples"):
         KernelRidge(kernel=IntersectionKernel()).fit([], [])
