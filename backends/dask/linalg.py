@@ -50,6 +50,7 @@ from scipy.linalg import LinAlgError, cholesky, solve_triangular
 
 from backends.dask.blocks import block_slice, n_blocks
 from backends.dask.integrity import record_chunk
+from backends.dask.runtime import gather
 
 __all__ = ["create_factor", "dual_coefficients", "tiled_cho_solve", "tiled_cholesky"]
 
@@ -508,9 +509,6 @@ def dual_coefficients(K, t, lam, L, client):
 
 def _wait_all(client, futures):
     """Gather ``futures``; on the first error cancel the rest so no work is left
-    running."""
-    try:
-        return client.gather(futures)
-    except BaseException:
-        client.cancel(futures)
-        raise
+    running (``runtime.gather``: a worker paused by Dask's memory monitor that
+    holds them fails the wait with ``WorkerPausedError``)."""
+    return gather(client, futures)

@@ -358,7 +358,7 @@ def _write_array(group, name, A, chunk_size, client):
         # Dask chunks equal to the store's, so every task writes whole chunks.
         A = A.astype(np.float64).rechunk(chunks)
         stored = da.store(A, array, lock=False, compute=False)
-        client.compute(stored).result()
+        gather(client, [client.compute(stored)])
     else:
         for start in range(0, shape[0], chunk_size):
             array[start : start + chunk_size] = A[start : start + chunk_size]
@@ -544,7 +544,10 @@ class _PauseWatch:
         if stuck and len(stuck) == len(workers):
             holding = set(stuck)  # no worker can run the tasks waiting
         elif stuck:
-            processing = self.client.processing(list(stuck))
+            try:
+                processing = self.client.processing(list(stuck))
+            except KeyError:  # a worker left since: look again next time
+                processing = {}
             holding = {a for a, keys in processing.items() if pending & set(keys)}
         now = time.monotonic()
         since = {}
