@@ -531,8 +531,8 @@ def gather(client, futures, *, grace=None):
 class _PauseWatch:
     """Since when each worker has been paused and idle while holding the round."""
 
-    def __init__(self, client, grace):
-        self.client, self.grace = client, grace
+    def __init__(self, client, grace, clock=time.monotonic):
+        self.client, self.grace, self.clock = client, grace, clock
         self.since = {}  # address -> (monotonic time, bytes spilled to disk then)
 
     def check(self, pending):
@@ -549,7 +549,7 @@ class _PauseWatch:
             except KeyError:  # a worker left since: look again next time
                 processing = {}
             holding = {a for a, keys in processing.items() if pending & set(keys)}
-        now = time.monotonic()
+        now = self.clock()
         since = {}
         for address in holding:
             spilled = _spilled(workers[address])

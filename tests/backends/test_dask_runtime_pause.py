@@ -230,3 +230,88 @@ def test_a_worker_paused_only_while_it_runs_a_task_is_waited_for(cluster, store)
     sums, paused = zip(*out["results"])
     assert paused[0], "chunk 0's worker was paused while it ran"
     np.testing.assert_allclose(sums, chunk_sums(X, fit_store), rtol=1e-12)
+
+
+# -- the watch's rule, on a scripted scheduler (no cluster) ---------------------------
+class ScriptedClient:
+    """Answers the watch's two scheduler queries from `workers` and `processing`."""
+
+    def __init__(self):
+        self.workers, self.tasks = {}, {}
+
+    def set(self, address, status, executing=0, spilled=0, tasks=()):
+        self.workers[address] = {
+            "status": status,
+            "memory_limit": MEMORY_LIMIT,
+            "metrics": {
+                "memory": int(0.85 * MEMORY_LIMIT),
+                "task_counts": {"executing": executing} if executing else {},
+                "spilled_bytes": {"memory": 0, "disk": spilled},
+            },
+        }
+        self.tasks[address] = tuple(tasks)
+
+    def scheduler_info(self):
+        return {"workers": dict(self.workers)}
+
+    def processing(self, workers):
+        return {a: self.tasks[a] for a in workers}
+
+    def run(self, function, workers):
+        return {a: 0.8 for a in workers}
+
+
+def watch_at(client, grace=20.0):
+    """A watch and a clock to move: ``look(t, pending)`` checks at time t."""
+    clock = [0.0]
+    watch = runtime._PauseWatch(client, grace, clock=lambda: clock[0])
+
+    def look(t, pending=frozenset({"k"})):
+        clock[0] = t
+        watch.check(set(pending))
+
+    return look
+
+
+def test_the_watch_counts_only_idle_paused_time_on_a_worker_holding_the_round():
+    client = ScriptedClient()
+    client.set("A", "paused", tasks=["k"])
+    client.set("B", "running")
+    look = watch_at(client)
+    for t in (0.0, 10.0, 20.0):
+        look(t)
+    with pytest.raises(WorkerPausedError, match="worker A .* at least 20 s"):
+        look(20.5)
+
+    look = watch_at(client)
+    client.set("A", "paused", executing=1, tasks=["k"])  # busy: waited for
+    for t in (0.0, 30.0, 100.0):
+        look(t)
+    client.set("A", "paused", tasks=["other"])  # holds none of the round's tasks
+    look(200.0)
+    client.set("A", "paused", tasks=["k"])
+    look(300.0)
+    look(320.0)
+    with pytest.raises(WorkerPausedError):
+        look(320.5)
+
+
+def test_spilling_restarts_the_count_and_all_paused_workers_fail_a_queued_round():
+    client = ScriptedClient()
+    client.set("A", "paused", tasks=["k"])
+    client.set("B", "running")
+    look = watch_at(client)
+    look(0.0)
+    client.set("A", "paused", spilled=10**8, tasks=["k"])
+    look(15.0)
+    look(35.0)
+    with pytest.raises(WorkerPausedError):
+        look(35.5)
+
+    client = ScriptedClient()
+    client.set("A", "paused")
+    client.set("B", "paused")
+    look = watch_at(client)
+    look(0.0)
+    with pytest.raises(WorkerPausedError, match="80% of the limit"):
+        look(20.5)
