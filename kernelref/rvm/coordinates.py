@@ -283,7 +283,7 @@ def reestimate_step(Psi, G, beta, j_row, alpha_old, alpha_new, s_j):
     w = G @ j_row
     v = beta * (Psi.T @ w)
     kappa = delta / denominator
-    return v, kappa, G - np.outer(w, w) * (beta * delta / denominator)
+    return v, kappa, _plus_outer(G, w, -(beta * delta / denominator))
 
 
 def delete_step(Psi, G, beta, j_row, alpha_j, s_j):
@@ -294,7 +294,7 @@ def delete_step(Psi, G, beta, j_row, alpha_j, s_j):
     w = G @ j_row
     v = beta * (Psi.T @ w)
     c = (alpha_j + s_j) / alpha_j**2
-    return v, -c, G + np.outer(w, w) * (beta * c)
+    return v, -c, _plus_outer(G, w, beta * c)
 
 
 def add_in_span_step(Psi, G, beta, j, alpha_j, S_j):
@@ -303,7 +303,7 @@ def add_in_span_step(Psi, G, beta, j, alpha_j, S_j):
     H' = H + (β/α_j)ψ_jψ_jᵀ, κ = 1/(α_j + S_j) (label ``rvm-SQ-rank-one``)."""
     w = G @ Psi[:, j]
     v = beta * (Psi.T @ w)
-    return v, 1.0 / (alpha_j + S_j), G - np.outer(w, w) * (beta / (alpha_j + S_j))
+    return v, 1.0 / (alpha_j + S_j), _plus_outer(G, w, -(beta / (alpha_j + S_j)))
 
 
 def add_step(Psi, G, beta, j, alpha_j, S_j):
@@ -315,10 +315,20 @@ def add_step(Psi, G, beta, j, alpha_j, S_j):
     v = βΨᵀw, κ = 1/(α_j + S_j) and H'⁻¹ = H̃⁻¹ − βwwᵀ/(α_j + S_j).
     """
     m = len(G)
-    w = np.append(G @ Psi[:m, j], Psi[m, j])
+    w = np.empty(m + 1)
+    w[:m] = G @ Psi[:m, j]
+    w[m] = Psi[m, j]
     v = beta * (Psi.T @ w)
-    G_new = np.zeros((m + 1, m + 1))
-    G_new[:m, :m] = G
-    G_new[m, m] = 1.0
-    G_new -= np.outer(w, w) * (beta / (alpha_j + S_j))
+    G_new = np.multiply(w[:, None], w)  # H̃⁻¹ − βwwᵀ/(α_j + S_j), H̃⁻¹ = diag(H⁻¹, 1)
+    G_new *= -(beta / (alpha_j + S_j))
+    G_new[:m, :m] += G
+    G_new[m, m] += 1.0
     return v, 1.0 / (alpha_j + S_j), G_new
+
+
+def _plus_outer(G, w, c):
+    """G + c·wwᵀ, in one new array."""
+    out = np.multiply(w[:, None], w)
+    out *= c
+    out += G
+    return out

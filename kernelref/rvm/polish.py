@@ -25,7 +25,7 @@ finds no ascent (the evidence no longer resolves the steps).
 from collections import namedtuple
 
 import numpy as np
-from scipy.linalg import LinAlgError, cho_factor, cho_solve, eigh, lapack
+from scipy.linalg import LinAlgError, eigh, lapack
 
 __all__ = [
     "MAX_LOG_STEP",
@@ -52,8 +52,11 @@ def _posterior(K, Rt_tau, tau_tau, perp, alpha, beta, N):
     if info != 0:
         raise LinAlgError("the posterior precision is not positive definite")
     mu = lapack.dpotrs(L, beta * Rt_tau, lower=1)[0]
-    Sigma = lapack.dpotri(L, lower=1)[0]  # lower triangle of Σ
-    Sigma = np.tril(Sigma) + np.tril(Sigma, -1).T
+    # Σ's lower triangle; the upper one stays zero (dpotrf's clean=1), so Σ is
+    # that triangle plus its transpose, the diagonal halved (exactly).
+    Sigma = lapack.dpotri(L, lower=1)[0]
+    Sigma += Sigma.T
+    Sigma.flat[:: len(alpha) + 1] *= 0.5
     # ‖τ − Rμ‖² = τᵀτ − 2μᵀRᵀτ + μᵀKμ
     e = perp + max(tau_tau - 2 * mu @ Rt_tau + mu @ (K @ mu), 0.0)
     log_det = 2.0 * np.sum(np.log(np.diag(L)))
@@ -103,13 +106,12 @@ def _derivatives(Sigma, mu, e, alpha, beta, N, learn_beta):
 def _ascent_direction(g, H):
     """The Newton step −H⁻¹g where H is negative definite; otherwise the step of
     −|H|, H with its eigenvalues made negative (and bounded away from zero)."""
-    try:
-        c, _ = cho_factor(-H, lower=True, check_finite=False)
-        return cho_solve((c, True), g, check_finite=False)
-    except LinAlgError:
-        w, V = eigh(H, check_finite=False)
-        w = np.maximum(np.abs(w), 1e-8 * max(np.abs(w).max(), 1.0))
-        return V @ ((V.T @ g) / w)
+    c, info = lapack.dpotrf(-H, lower=1)
+    if info == 0:
+        return lapack.dpotrs(c, g, lower=1)[0]
+    w, V = eigh(H, check_finite=False, driver="evd")
+    w = np.maximum(np.abs(w), 1e-8 * max(np.abs(w).max(), 1.0))
+    return V @ ((V.T @ g) / w)
 
 
 def newton_polish(
