@@ -27,6 +27,7 @@ import warnings
 from collections import namedtuple
 
 import numpy as np
+from scipy.linalg import LinAlgError, cho_factor, cho_solve, qr
 
 from kernelref._validation import (
     check_classification_targets,
@@ -49,6 +50,7 @@ from kernelref.rvm.design import (
 )
 from kernelref.rvm.fast import (
     ALIGNMENT_MAX,
+    SPAN_RESIDUAL_MIN,
     FastLoop,
     on_user_scale,
     run_to_end,
@@ -73,6 +75,17 @@ __all__ = [
     "BERNOULLI",
     "Bernoulli",
     "ClassifierFit",
+    "DENSE_START_SIZE",
+    "LOOSE_TOL",
+    "START_NAMES",
+    "START_REESTIMATIONS",
+    "STARTS",
+    "TOL_FRACTION",
+    "dense_start",
+    "fast_path",
+    "log_posterior",
+    "posterior_mean",
+    "reestimated_start",
     "dense_approximation",
     "Laplace",
     "MAX_NEWTON_ITER",
@@ -87,6 +100,24 @@ __all__ = [
 #: The fast classifier stops, unconverged, after this many Gaussian approximations
 #: in a row without a new highest evidence: the model is cycling (`fast_classifier`).
 STALL_PATIENCE = 20
+
+#: Where `fast_classifier` can start its paths, and where it does by default.
+START_NAMES = ("empty", "dense", "reestimated")
+STARTS = ("dense", "reestimated")
+
+#: The dense start keeps at most this many basis functions (`dense_start`).
+DENSE_START_SIZE = 50
+
+#: Re-estimations from the dense start before the 'reestimated' path's
+#: sequential algorithm (`reestimated_start`).
+START_REESTIMATIONS = 10
+
+#: The sequential algorithm's tolerance on log α on the first approximations of
+#: a path, while its model changes: the next approximation moves the α anyway.
+#: Once the model stays, `TOL_FRACTION` of the largest change of log α between
+#: the last two approximations, down to ``tol`` and never up again.
+LOOSE_TOL = 1.0
+TOL_FRACTION = 0.1
 
 #: Newton steps per mode at most. From a warm start a mode takes a handful;
 #: from w = 0 on separable data, where small α lets w grow large, a few dozen.
@@ -144,6 +175,11 @@ def laplace_log_evidence(Psi, alpha, L):
     return Psi + 0.5 * np.sum(np.log(alpha)) - np.sum(np.log(np.diag(L)))
 
 
+def log_posterior(Phi, t, alpha, w, likelihood=BERNOULLI):
+    """Ψ(w) = log p(t | w) − ½wᵀAw (label ``rvc-log-posterior``)."""
+    return likelihood.log_likelihood(Phi @ w, t) - 0.5 * w @ (alpha * w)
+
+
 def laplace_posterior(
     Phi, t, alpha, w0=None, likelihood=BERNOULLI, *, max_iter=MAX_NEWTON_ITER
 ):
@@ -155,11 +191,11 @@ def laplace_posterior(
     iterate ΣΦᵀBt̂ is ``design.posterior``'s mean for the whitened problem.
     """
 
-    def objective(w):  # (rvc-log-posterior)
-        return likelihood.log_likelihood(Phi @ w, t) - 0.5 * w @ (alpha * w)
+    def objective(w):
+        return log_posterior(Phi, t, alpha, w, likelihood)
 
     def newton_step(w):
-        return posterior(*likelihood.whiten(Phi, Phi @ w, t), alpha, 1.0).mu
+        return posterior_mean(*likelihood.whiten(Phi, Phi @ w, t), alpha)
 
     w0 = np.zeros(Phi.shape[1]) if w0 is None else w0
     result = damped_newton(objective, newton_step, w0, max_iter=max_iter)
@@ -173,6 +209,19 @@ def laplace_posterior(
     )
 
 
+def posterior_mean(Phi_tilde, t_tilde, alpha):
+    """The IRLS iterate ΣΦ̃ᵀt̃ of (rvc-irls) alone: ``design.posterior``'s mean
+    (β = 1) by the same Cholesky factor, without Σ and the evidence, which a
+    Newton step does not use."""
+    precision = Phi_tilde.T @ Phi_tilde
+    precision.flat[:: len(alpha) + 1] += alpha
+    try:
+        L, _ = cho_factor(precision, lower=True, check_finite=False)
+    except LinAlgError:  # design.posterior's error, with its advice
+        return posterior(Phi_tilde, t_tilde, alpha, 1.0).mu
+    return cho_solve((np.tril(L), True), Phi_tilde.T @ t_tilde, check_finite=False)
+
+
 def reestimate_classifier(
     Phi,
     t,
@@ -182,6 +231,7 @@ def reestimate_classifier(
     max_iter=10000,
     tol=1e-3,
     alpha_max=ALPHA_MAX,
+    w0=None,
 ):
     """Tipping's loop: the mode for the current α, then α_i ← γ_i/μ_i² on the
     Gaussian approximation there, pruning as ``kernelref.rvm.reestimate`` does.
@@ -190,12 +240,12 @@ def reestimate_classifier(
     Holding the mode fixed, these updates are the stationarity conditions of
     (rvc-laplace-evidence) in α; the dependence of B on w* through α is left out,
     as in Tipping 2001. Stops when nothing was pruned and every log α_i changed by
-    less than `tol`.
+    less than `tol`. ``w0`` starts the first mode's Newton iterations (w = 0).
     """
     M = Phi.shape[1]
     keep = np.arange(M)
     alpha = np.broadcast_to(np.asarray(alpha, dtype=float), (M,)).copy()
-    w = np.zeros(M)
+    w = np.zeros(M) if w0 is None else np.array(w0, dtype=float)
     evidence = []
     converged = False
     for n_iter in range(1, max_iter + 1):
@@ -246,8 +296,128 @@ def fast_classifier(
     alignment_max=ALIGNMENT_MAX,
     approximation=None,
     drive=run_to_end,
+    starts=STARTS,
 ):
-    """Tipping & Faul's fast algorithm on the Gaussian approximation (their §4).
+    """Tipping & Faul's fast algorithm on the Gaussian approximation (their §4),
+    from each of ``starts`` (`fast_path`), the highest Laplace evidence kept.
+
+    The Laplace evidence has many local maxima, and the α loops reach different
+    ones from different starts. 'empty' builds the model up from the basis
+    function most aligned with the target, as the sequential algorithm does on
+    regression; 'dense' starts, as re-estimation does, from many basis functions
+    with small α (`dense_start`); 'reestimated' from there after
+    `START_REESTIMATIONS` iterations of re-estimation (`reestimated_start`),
+    whose pruning while the mode moves is what finds re-estimation's better
+    maxima. The default runs the last two (the book's RVC chapter and
+    ``benchmarks/bench_rvc.py`` measure all three). ``n_iter`` and
+    ``n_loop_iter`` count the α iterations and the sequential algorithm's
+    iterations of every path.
+
+    Φ is used only through its columns, ``approximation`` (`dense_approximation`
+    by default) and ``drive`` (`kernelref.rvm.fast.run_to_end`, given each
+    approximation's `FastLoop` and a name): the Dask backend passes a streamed
+    design and its own two.
+    """
+    unknown = set(starts) - set(START_NAMES)
+    if not starts or unknown:
+        raise ValueError(
+            f"starts must be a nonempty sequence of {START_NAMES}; got {starts!r}."
+        )
+    dense = None if set(starts) == {"empty"} else dense_start(Phi, t, likelihood)
+    fits, n_iter = [], 0
+    for start in starts:
+        alpha, w = (None, None) if start == "empty" else dense
+        if start == "reestimated":
+            alpha, w, n_reestimations = reestimated_start(
+                Phi, t, likelihood, alpha, w, tol=tol
+            )
+            n_iter += n_reestimations
+            if alpha is None:
+                continue
+        fit = fast_path(
+            Phi,
+            t,
+            likelihood,
+            alpha,
+            w,
+            max_iter=max_iter,
+            tol=tol,
+            alignment_max=alignment_max,
+            approximation=approximation,
+            drive=drive,
+            name=f"{start}-",
+        )
+        n_iter += fit.n_iter
+        fits.append(fit)
+    best = max(fits, key=lambda fit: fit.log_evidence)
+    return best._replace(
+        n_iter=n_iter, n_loop_iter=sum(fit.n_loop_iter for fit in fits)
+    )
+
+
+def dense_start(Phi, t, likelihood):
+    """α and the mode of re-estimation's start (α_i = 1/N², `initial_alpha`) on
+    at most `DENSE_START_SIZE` basis functions: those a pivoted QR picks, in
+    order of their distance from the span of the ones before, among evenly
+    spaced columns, while that distance is above `SPAN_RESIDUAL_MIN` (the
+    sequential algorithm's test for a new direction)."""
+    P = Phi.shape[1]
+    candidates = np.unique(
+        np.linspace(0, P - 1, min(P, 4 * DENSE_START_SIZE)).astype(int)
+    )
+    block, _ = unit_columns(Phi[:, candidates])
+    _, R, order = qr(block, mode="economic", pivoting=True)
+    independent = np.abs(np.diag(R)) ** 2 > SPAN_RESIDUAL_MIN
+    keep = np.sort(
+        candidates[order[: min(np.count_nonzero(independent), DENSE_START_SIZE)]]
+    )
+    alpha = np.full(P, np.inf)
+    alpha[keep] = initial_alpha(len(t))
+    mode = laplace_posterior(Phi[:, keep], t, alpha[keep], None, likelihood)
+    w = np.zeros(P)
+    w[keep] = mode.mu
+    return alpha, w
+
+
+def reestimated_start(Phi, t, likelihood, alpha, w, *, tol=1e-3):
+    """`START_REESTIMATIONS` iterations of `reestimate_classifier` on the basis
+    functions in the model of ``alpha`` (from its mode ``w``): α (``np.inf``
+    outside the model), the last mode, and the iterations run; α = None if
+    re-estimation pruned every basis function."""
+    keep = np.flatnonzero(np.isfinite(alpha))
+    try:
+        fit = reestimate_classifier(
+            Phi[:, keep],
+            t,
+            alpha[keep],
+            likelihood,
+            max_iter=START_REESTIMATIONS,
+            tol=tol,
+            w0=w[keep],
+        )
+    except RuntimeError:  # every basis function pruned: no start
+        return None, None, START_REESTIMATIONS
+    alpha, w = np.full(len(alpha), np.inf), np.zeros(len(alpha))
+    alpha[keep[fit.keep]], w[keep[fit.keep]] = fit.alpha, fit.mu
+    return alpha, w, fit.n_iter
+
+
+def fast_path(
+    Phi,
+    t,
+    likelihood,
+    alpha=None,
+    w=None,
+    *,
+    max_iter=1000,
+    tol=1e-3,
+    alignment_max=ALIGNMENT_MAX,
+    approximation=None,
+    drive=run_to_end,
+    name="",
+):
+    """The fast algorithm from one start: α (``np.inf`` outside the model; None:
+    empty) and the weights w of the first approximation (None: w = 0).
 
     Each iteration whitens the approximation at the current mode (label
     ``rvc-linearised-target``), runs ``kernelref.rvm.fast``'s additions,
@@ -261,22 +431,20 @@ def fast_classifier(
 
     The loop need not reach a fixed point: a basis function worth adding under
     one approximation can be worth deleting under the next, and the model then
-    cycles. When `STALL_PATIENCE` approximations in a row have not raised the
-    highest Laplace evidence seen, the loop stops, unconverged, and returns the
-    fit with that evidence.
-
-    Φ is used only through its columns, ``approximation`` (`dense_approximation`
-    by default) and ``drive`` (`kernelref.rvm.fast.run_to_end`, given each
-    approximation's `FastLoop` and a name): the Dask backend passes a streamed
-    design and its own two.
+    cycles. When `STALL_PATIENCE` approximations have neither raised the highest
+    Laplace evidence seen nor moved the α less than the one before (a model
+    settling onto its fixed point can lose evidence on the way), the loop stops,
+    unconverged, and returns the fit with that evidence.
     """
     approximation = dense_approximation if approximation is None else approximation
     P = Phi.shape[1]
-    w = np.zeros(P)
-    alpha = None
-    active = np.zeros(0, dtype=int)
+    w = np.zeros(P) if w is None else w
+    active = (
+        np.zeros(0, dtype=int) if alpha is None else np.flatnonzero(np.isfinite(alpha))
+    )
     evidence = []
     best, since_best, n_loop_iter = None, 0, 0
+    loop_tol, last_change = max(tol, LOOSE_TOL), np.inf
     for n_iter in range(1, max_iter + 1):
         a = Phi[:, active] @ w[active]
         Phi_unit, scales, t_tilde = approximation(Phi, a, t, likelihood)
@@ -290,26 +458,37 @@ def fast_classifier(
             beta=1.0,
             update_beta=False,
             alpha=unit_alpha,
-            tol=tol,
+            tol=loop_tol,
             alignment_max=alignment_max,
         )
-        step = on_user_scale(drive(loop, f"approximation-{n_iter}"), scales)
+        step = on_user_scale(drive(loop, f"{name}approximation-{n_iter}"), scales)
         n_loop_iter += step.n_iter
         active = step.active
-        mode = laplace_posterior(
-            Phi[:, step.active], t, step.alpha, step.mu, likelihood
+        # Newton starts from the approximation's weights μ (one IRLS step ahead
+        # of the last mode) or, where they fit worse, the last mode: μ of an
+        # approximation far from the new mode can be wild (huge weights at α
+        # found to a loose tolerance).
+        Phi_active = Phi[:, active]
+        starts = (step.mu, w[active])
+        w0 = max(
+            starts,
+            key=lambda v: log_posterior(Phi_active, t, step.alpha, v, likelihood),
         )
+        mode = laplace_posterior(Phi_active, t, step.alpha, w0, likelihood)
         evidence.append(mode.log_evidence)
         new_alpha = np.full(P, np.inf)
         new_alpha[step.active] = step.alpha
         w = np.zeros(P)
         w[step.active] = mode.mu
-        settled = (
-            alpha is not None
-            and np.array_equal(np.isfinite(alpha), np.isfinite(new_alpha))
-            and np.max(np.abs(np.log(new_alpha[step.active] / alpha[step.active])))
-            < tol
-        )
+        change = np.inf
+        if alpha is not None and np.array_equal(
+            np.isfinite(alpha), np.isfinite(new_alpha)
+        ):
+            change = np.max(np.abs(np.log(new_alpha[active] / alpha[active])))
+        settled = loop_tol <= tol and change < tol
+        # The next approximation's α need be found only to a fraction of how far
+        # the approximations still move them; never looser than before.
+        loop_tol = max(tol, min(loop_tol, TOL_FRACTION * change))
         alpha = new_alpha
         fit = ClassifierFit(
             step.active,
@@ -326,10 +505,11 @@ def fast_classifier(
             return fit._replace(evidence=np.array(evidence))
         if best is None or fit.log_evidence > best.log_evidence:
             best, since_best = fit, 0
-        else:
+        elif not change < last_change:  # not a model settling: a cycle
             since_best += 1
             if since_best >= STALL_PATIENCE:
                 break
+        last_change = change
     return best._replace(
         evidence=np.array(evidence), n_iter=n_iter, n_loop_iter=n_loop_iter
     )
@@ -353,18 +533,20 @@ class RVC(ClassifierMixin, BaseEstimator):
         Add the constant basis function φ_0 = 1 with its own α_0.
     method : {'fast', 'reestimate'}
         Tipping & Faul's sequential algorithm on the Gaussian approximation
-        (`fast_classifier`), or Tipping's re-estimation of all α after every
-        mode (`reestimate_classifier`, from α_i = 1/N² as in Tipping's SB1);
-        both start at w = 0 and reach nearby Laplace evidences, the fast one at
-        a fraction of the cost.
+        (`fast_classifier`: two paths from a start of at most 50 basis
+        functions, the higher Laplace evidence kept), or Tipping's re-estimation
+        of all α after every mode (`reestimate_classifier`, from α_i = 1/N² on
+        every basis function, as in Tipping's SB1). Both reach nearby Laplace
+        evidences (local maxima, often different ones), the fast one at a
+        fraction of the cost.
     multi_class : {'softmax', 'ovr'}
         With more than two classes: the softmax model (``kernelref.rvm.softmax``)
         with one α per weight and the MK×MK Hessian, or K binary classifiers of
         one class against the rest, their probabilities normalised. Ignored
         for two classes, where both are the binary model.
     max_iter : int
-        α iterations at most: re-estimations, or Gaussian approximations of the
-        fast path (each runs the sequential algorithm to convergence).
+        α iterations at most: re-estimations, or Gaussian approximations of each
+        fast path (each runs the sequential algorithm to its tolerance).
     tol : float
         Converged when every log α_i changes by less than this (SparseBayes's
         MinDeltaLogAlpha, 1e-3).
@@ -393,6 +575,8 @@ class RVC(ClassifierMixin, BaseEstimator):
     log_evidence_ : float
         The Laplace approximation of log p(t | α) (per class for 'ovr').
     n_iter_, converged_ : int, bool
+        Iterations (for 'fast': of all its paths) and whether the kept fit
+        converged.
     n_loop_iter_ : int
         For 'fast': iterations of the sequential algorithm over all Gaussian
         approximations (0 for 'reestimate'; per class for 'ovr').
