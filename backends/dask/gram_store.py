@@ -42,6 +42,7 @@ from backends.dask.integrity import (
     forget_chunk,
     verify_chunk,
 )
+from backends.dask.runtime import finished
 from kernelref._validation import check_array, check_integer
 from kernelref.kernels import Kernel
 
@@ -217,6 +218,11 @@ class GramStore:
         its missing blocks are computed). A store for other data, another
         kernel or another chunk size is refused unless ``overwrite=True``,
         which rebuilds it from scratch.
+
+        A worker that Dask's memory monitor pauses while blocks wait on it
+        fails the build with ``runtime.WorkerPausedError`` (after
+        ``runtime.PAUSE_GRACE_SECONDS``) instead of hanging it; the blocks
+        written so far stay, and a build with more memory resumes from them.
         """
         X = check_array(X, "X")
         kernel = _check_kernel(kernel)
@@ -322,8 +328,6 @@ class GramStore:
         ]
 
     def _compute_missing(self, X, kernel, client, progress):
-        from distributed import as_completed
-
         from backends.dask.cluster import get_client
 
         todo = self.missing_blocks()
@@ -349,7 +353,7 @@ class GramStore:
         futures = list(sizes)
         n_done = 0
         try:
-            for future in as_completed(futures):
+            for future in finished(client, futures):
                 # A finished future is not fetched: its result is only a count.
                 if future.status != "finished":
                     future.result()

@@ -16,7 +16,8 @@ share:
 - ``map_chunks``: one round of tasks, ``func(ref, i, *args)`` for every chunk.
 - ``gather``: the wait for a round's results, which raises ``WorkerPausedError``
   when a worker paused by Dask's memory monitor holds the round (instead of
-  waiting forever).
+  waiting forever); ``finished``, the same watched wait for a loop that takes
+  each future as it finishes.
 - ``run_loop``: the loop itself — resume, step, checkpoint every few seconds,
   progress; an exception saves the last complete state before it propagates.
 """
@@ -46,6 +47,7 @@ __all__ = [
     "Progress",
     "Record",
     "WorkerPausedError",
+    "finished",
     "gather",
     "map_chunks",
     "read_chunk",
@@ -508,21 +510,33 @@ def gather(client, futures, *, grace=None):
     cancelled and the error names the worker, its memory and the fix. Any
     error also cancels the futures, so no work is left running.
     """
-    from distributed import wait
-
-    grace = PAUSE_GRACE_SECONDS if grace is None else grace
-    watch = _PauseWatch(client, grace)
+    watch = _PauseWatch(client, PAUSE_GRACE_SECONDS if grace is None else grace)
     try:
-        while True:
-            try:
-                wait(futures, timeout=PAUSE_POLL_SECONDS)
-                break
-            except TimeoutError:
-                pass
-            if any(f.status == "error" for f in futures):
-                break
-            watch.check({f.key for f in futures if not f.done()})
+        watch.wait(futures, "ALL_COMPLETED")
         return client.gather(futures)
+    except BaseException:
+        client.cancel(futures)
+        raise
+
+
+def finished(client, futures, *, grace=None):
+    """Yield `futures` as they finish (in any order), as
+    ``distributed.as_completed``, watched as ``gather`` watches its wait: a
+    worker paused with tasks of `futures` raises ``WorkerPausedError``.
+
+    For a loop that acts on each future as it finishes (a build's progress).
+    An error raised while waiting, or the loop leaving early, cancels the
+    futures; an error raised in the caller's loop body is the caller's to
+    cancel them for.
+    """
+    watch = _PauseWatch(client, PAUSE_GRACE_SECONDS if grace is None else grace)
+    pending = list(futures)
+    try:
+        while pending:
+            watch.wait(pending, "FIRST_COMPLETED")
+            done = [f.done() for f in pending]
+            yield from (f for f, d in zip(pending, done) if d)
+            pending = [f for f, d in zip(pending, done) if not d]
     except BaseException:
         client.cancel(futures)
         raise
@@ -534,10 +548,34 @@ class _PauseWatch:
     def __init__(self, client, grace, clock=time.monotonic):
         self.client, self.grace, self.clock = client, grace, clock
         self.since = {}  # address -> (monotonic time, bytes spilled to disk then)
+        self.looked = clock()  # the first look is one poll after the start
+
+    def wait(self, futures, return_when):
+        """Block until `return_when` (``"ALL_COMPLETED"`` or
+        ``"FIRST_COMPLETED"``) holds for `futures` or one of them fails, with a
+        ``check`` of the keys still pending every ``PAUSE_POLL_SECONDS``
+        (counted from the watch's start, whatever finishes meanwhile)."""
+        from distributed import wait
+
+        while True:
+            due = self.looked + PAUSE_POLL_SECONDS - self.clock()
+            if due <= 0:
+                self.check({f.key for f in futures if not f.done()})
+                due = PAUSE_POLL_SECONDS
+            try:
+                wait(futures, timeout=due, return_when=return_when)
+                return
+            except TimeoutError:
+                pass
+            if any(f.status == "error" for f in futures):
+                return
 
     def check(self, pending):
         """Raise ``WorkerPausedError`` if a worker has held `pending` keys, paused
         and idle, for longer than the grace period."""
+        self.looked = self.clock()
+        if not pending:
+            return
         workers = self.client.scheduler_info()["workers"]
         stuck = {a: w for a, w in workers.items() if _paused_and_idle(w)}
         holding = set()

@@ -8,9 +8,15 @@ tests make a worker really pause (an allocation kept alive on the worker, sized
 from its own limit and thresholds) and check that the runtime's wait
 (``runtime.gather``, used by ``map_chunks``) gives up with ``WorkerPausedError``
 after its grace period, while a healthy round, and one whose worker pauses only
-while it runs a task, are unaffected.
+while it runs a task, are unaffected. Real fits whose worker pauses in the middle
+of a round (the library's own task takes the memory at its first call: the RVR's
+chunk reads, the Gram store's block writes) fail the same way within seconds of
+the grace, where they hung before; each has a watchdog (pytest-timeout) so a
+regression fails instead of hanging.
 """
 
+import importlib
+import itertools
 import threading
 import time
 
@@ -30,6 +36,7 @@ MEMORY_LIMIT = 800 * 2**20
 #: A short grace for the tests (the library's is ``runtime.PAUSE_GRACE_SECONDS``).
 GRACE = 3.0
 HELD = "_kernelref_test_held"
+PATCHED = "_kernelref_test_patched"
 
 
 @pytest.fixture(scope="module")
@@ -134,6 +141,36 @@ def slow_sum(ref, i):
     return read_chunk(ref, i).sum()
 
 
+def pause_at_first_call(owner, name, dask_worker):
+    """On this worker: replace attribute `name` of `owner` (a module, or
+    ``module:attribute``) by a wrapper whose first call takes the memory
+    (``hold``) and waits until the memory monitor pauses the worker, then runs
+    the original. A fit's own task then pauses its worker in the middle of a
+    round, with the round's next task already assigned to it (the scheduler
+    sends a worker a task ahead), as a fit's growing memory did in the CI hang.
+    Tasks name their functions by module and name, so they call the wrapper."""
+    target = importlib.import_module(owner.partition(":")[0])
+    if owner.partition(":")[2]:
+        target = getattr(target, owner.partition(":")[2])
+    original, calls = getattr(target, name), itertools.count()
+
+    def first_call_pauses(*args, **kwargs):
+        if next(calls) == 0:
+            hold(dask_worker)
+            until_paused(dask_worker)
+        return original(*args, **kwargs)
+
+    setattr(target, name, first_call_pauses)
+    setattr(dask_worker, PATCHED, (target, name, original))
+
+
+def restore(dask_worker):
+    """Undo ``pause_at_first_call`` on this worker."""
+    patched = dask_worker.__dict__.pop(PATCHED, None)
+    if patched is not None:
+        setattr(*patched)
+
+
 # -- on the client ------------------------------------------------------------------
 def wait_for_status(client, condition, seconds=30.0):
     end = time.monotonic() + seconds
@@ -147,6 +184,16 @@ def wait_for_status(client, condition, seconds=30.0):
 
 def chunk_sums(X, store):
     return [X[store.rows(i)].sum() for i in range(store.n_chunks)]
+
+
+def assert_names_worker_limit_and_fix(message, client, address):
+    """The error names the paused worker, its memory_limit, its pause threshold
+    (read from the worker) and the fix."""
+    limit = client.scheduler_info()["workers"][address]["memory_limit"]
+    pause = client.run(pause_fraction, workers=[address])[address]
+    assert address in message and f"memory_limit of {limit / 2**20:.0f} MiB" in message
+    assert f"{pause:.0%} of the limit" in message and "paused by Dask" in message
+    assert "larger memory_limit" in message and "smaller cache_size" in message
 
 
 def test_a_healthy_round_longer_than_a_poll_is_unaffected(cluster, store):
@@ -175,13 +222,7 @@ def test_a_worker_paused_with_the_rounds_tasks_fails_the_round(
     ]
     assert len(paused) == 1, "one worker holds the memory and is paused"
     message = str(error.value)
-    limit = client.scheduler_info()["workers"][paused[0]]["memory_limit"]
-    pause = client.run(pause_fraction, workers=paused)[paused[0]]
-    assert (
-        paused[0] in message and f"memory_limit of {limit / 2**20:.0f} MiB" in message
-    )
-    assert f"{pause:.0%} of the limit" in message and "paused by Dask" in message
-    assert "larger memory_limit" in message and "smaller cache_size" in message
+    assert_names_worker_limit_and_fix(message, client, paused[0])
     assert elapsed > GRACE, "a pause is tolerated for the grace period"
     print(f"\nWorkerPausedError after {elapsed:.1f} s (grace {GRACE} s): {message}")
     assert client.processing(paused)[paused[0]] == (), "the round's tasks are cancelled"
@@ -230,6 +271,93 @@ def test_a_worker_paused_only_while_it_runs_a_task_is_waited_for(cluster, store)
     sums, paused = zip(*out["results"])
     assert paused[0], "chunk 0's worker was paused while it ran"
     np.testing.assert_allclose(sums, chunk_sums(X, fit_store), rtol=1e-12)
+
+
+# -- real fits whose worker pauses in the middle of a round ---------------------------
+@pytest.fixture
+def pause_first(cluster, monkeypatch):
+    """``pause_first(owner, name)``: one worker pauses at its first call of
+    ``owner.name`` (``pause_at_first_call``); returns its address. The grace is
+    GRACE: the watch runs on the client, so patching the module constant in this
+    process reaches it."""
+    monkeypatch.setattr(runtime, "PAUSE_GRACE_SECONDS", GRACE)
+    address = sorted(cluster.scheduler_info()["workers"])[0]
+
+    def patch(owner, name):
+        cluster.run(pause_at_first_call, owner, name, workers=[address])
+        return address
+
+    yield patch
+    cluster.run(restore)
+
+
+def paused_workers(client):
+    workers = client.scheduler_info()["workers"]
+    return [a for a, w in workers.items() if w["status"] == "paused"]
+
+
+@pytest.mark.timeout(60)
+def test_an_rvr_fit_whose_worker_pauses_fails_instead_of_hanging(cluster, pause_first):
+    from backends.dask import RVR
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-10, 10, size=(240, 1))
+    t = np.sinc(X[:, 0] / np.pi) + rng.normal(0, 0.1, size=240)
+    address = pause_first("backends.dask.runtime:_cache", "get")
+    model = RVR(
+        gamma=0.1, chunk_size=30, address=cluster.scheduler.address, progress=False
+    )
+    tick = time.monotonic()
+    with pytest.raises(WorkerPausedError) as error:
+        model.fit(X, t)  # eight tasks a pass: the paused worker holds one
+    elapsed = time.monotonic() - tick
+    assert paused_workers(cluster) == [address]
+    assert_names_worker_limit_and_fix(str(error.value), cluster, address)
+    assert elapsed > GRACE, "a pause is tolerated for the grace period"
+    print(f"\nRVR.fit: WorkerPausedError after {elapsed:.1f} s (grace {GRACE} s)")
+
+
+@pytest.mark.timeout(60)
+def test_a_gram_store_build_whose_worker_pauses_fails_then_resumes(
+    cluster, pause_first, tmp_path
+):
+    from backends.dask.gram_store import GramStore
+    from kernelref.kernels import RBF
+
+    X = np.random.default_rng(0).normal(size=(200, 3))
+    kernel, path, done = RBF(gamma=0.5), tmp_path / "gram", []
+    address = pause_first("backends.dask.blocks", "write_blocks")
+    tick = time.monotonic()
+    with pytest.raises(WorkerPausedError) as error:
+        # 8 block rows: 36 blocks in 8 tasks, the paused worker holds one.
+        GramStore.build(
+            path,
+            X,
+            kernel,
+            chunk_size=25,
+            client=cluster,
+            progress=lambda n, total: done.append(n),
+        )
+    elapsed = time.monotonic() - tick
+    assert paused_workers(cluster) == [address]
+    assert_names_worker_limit_and_fix(str(error.value), cluster, address)
+    assert elapsed > GRACE, "a pause is tolerated for the grace period"
+    print(
+        f"\nGramStore.build: WorkerPausedError after {elapsed:.1f} s (grace {GRACE} s)"
+    )
+    missing = GramStore(path).missing_blocks()
+    assert 0 < len(missing) < 36 and done and done[-1] < 36, "stopped part way"
+
+    cluster.run(restore)
+    cluster.run(release)
+    wait_for_status(cluster, lambda statuses: set(statuses) == {"running"})
+    store = GramStore.build(path, X, kernel, chunk_size=25, client=cluster)
+    assert store.is_complete
+    K = kernel(X)
+    for i in range(store.n_blocks):
+        for j in range(i + 1):
+            rows, cols = store.block_slice(i), store.block_slice(j)
+            np.testing.assert_allclose(store.block(i, j), K[rows, cols], atol=1e-12)
 
 
 # -- the watch's rule, on a scripted scheduler (no cluster) ---------------------------
