@@ -47,6 +47,7 @@ __all__ = [
     "Progress",
     "Record",
     "WorkerPausedError",
+    "compute",
     "finished",
     "gather",
     "map_chunks",
@@ -517,6 +518,19 @@ def gather(client, futures, *, grace=None):
     except BaseException:
         client.cancel(futures)
         raise
+
+
+def compute(collection):
+    """``collection.compute()`` (a dask array, say), waited for through ``gather``
+    when dask would run it on a distributed client, so a paused worker fails it
+    with ``WorkerPausedError``; dask's own scheduler otherwise."""
+    from dask.base import get_scheduler
+    from distributed import Client
+
+    client = getattr(get_scheduler(collections=[collection]), "__self__", None)
+    if not isinstance(client, Client):
+        return collection.compute()
+    return gather(client, [client.compute(collection)])[0]
 
 
 def finished(client, futures, *, grace=None):

@@ -242,6 +242,30 @@ def test_every_worker_paused_fails_a_round_waiting_on_the_scheduler(cluster):
     assert all(f.cancelled() for f in futures)
 
 
+def test_a_dask_collection_computed_on_paused_workers_fails(cluster, monkeypatch):
+    """``runtime.compute``, which turns dask input into numpy (``materialise``)."""
+    import dask
+    import dask.array as da
+
+    client = cluster
+    monkeypatch.setattr(runtime, "PAUSE_GRACE_SECONDS", GRACE)
+    X = da.arange(40.0, chunks=10)
+    with dask.config.set(scheduler=client):
+        np.testing.assert_array_equal(runtime.compute(X), np.arange(40.0))
+        client.run(hold)
+        wait_for_status(client, lambda statuses: set(statuses) == {"paused"})
+        tick = time.monotonic()
+        with pytest.raises(
+            WorkerPausedError, match=f"memory_limit of {MEMORY_LIMIT / 2**20:.0f} MiB"
+        ):
+            runtime.compute(2 * X)
+    elapsed = time.monotonic() - tick
+    assert elapsed > GRACE
+    print(
+        f"\nruntime.compute: WorkerPausedError after {elapsed:.1f} s (grace {GRACE} s)"
+    )
+
+
 def test_a_worker_paused_only_while_it_runs_a_task_is_waited_for(cluster, store):
     X, fit_store = store
     client = cluster

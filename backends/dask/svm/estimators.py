@@ -28,7 +28,7 @@ from backends.dask.estimator_args import (
     fit_identity,
     refuse_precomputed,
 )
-from backends.dask.runtime import FitStore, gather, run_loop
+from backends.dask.runtime import FitStore, compute, gather, run_loop
 from backends.dask.svm.decomposition import BlockDecomposition
 from backends.dask.svm.tasks import solve_part
 from backends.dask.svm.warm_start import partition, sub_problem, warm_start
@@ -59,7 +59,7 @@ def materialise(X):
     """A numpy copy of numpy, Zarr or dask input (X of N × D fits the client)."""
     module = type(X).__module__
     if module.startswith("dask.array"):
-        return np.asarray(X.compute())
+        return np.asarray(compute(X))
     if module.startswith("zarr"):
         return np.asarray(X[...])
     return X
