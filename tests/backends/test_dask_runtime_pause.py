@@ -136,6 +136,16 @@ def hold_while_running(ref, i, seconds):
     return read_chunk(ref, i).sum(), paused
 
 
+def hold_at_0_else_sleep(i, seconds):
+    """Task 0 pauses its worker (with its next task assigned); the others sleep."""
+    if i == 0:
+        hold()
+        until_paused(distributed.get_worker())
+    else:
+        time.sleep(seconds)
+    return i
+
+
 def slow_sum(ref, i):
     time.sleep(0.3)
     return read_chunk(ref, i).sum()
@@ -297,6 +307,21 @@ def test_a_worker_paused_only_while_it_runs_a_task_is_waited_for(cluster, store)
     np.testing.assert_allclose(sums, chunk_sums(X, fit_store), rtol=1e-12)
 
 
+def test_finished_looks_while_the_other_worker_keeps_finishing(cluster):
+    """``finished`` (the Gram store build's wait) looks at the workers every poll
+    even while futures keep finishing: the error comes while the healthy worker
+    still works through its share (19 tasks of 0.5 s), not once it has run out."""
+    client = cluster
+    futures = client.map(hold_at_0_else_sleep, range(20), [0.5] * 20, pure=False)
+    seen = []
+    with pytest.raises(WorkerPausedError, match="paused by Dask's memory monitor"):
+        for future in runtime.finished(client, futures, grace=GRACE):
+            seen.append(future.result())
+    assert 0 in seen and len(seen) < 19, f"the error came after {seen}"
+    rest = [f for i, f in enumerate(futures) if i not in seen]
+    assert rest and all(f.cancelled() for f in rest), "the rest is cancelled"
+
+
 # -- real fits whose worker pauses in the middle of a round ---------------------------
 @pytest.fixture
 def pause_first(cluster, monkeypatch):
@@ -320,25 +345,49 @@ def paused_workers(client):
     return [a for a, w in workers.items() if w["status"] == "paused"]
 
 
+#: Real fits, with 8 tasks a round (240 rows in chunks of 30), and the call of
+#: the library whose first run on a worker takes the memory: a chunk read (the
+#: RVR's design passes, the CG's products) or a Gram store block write (the
+#: direct KernelRidge builds its store).
+CHUNK_READ = ("backends.dask.runtime:_cache", "get")
+FITS = [
+    pytest.param("RVR", {"gamma": 0.1}, CHUNK_READ, id="RVR"),
+    pytest.param(
+        "KernelRidge", {"gamma": 0.1, "solver": "cg"}, CHUNK_READ, id="ridge-cg"
+    ),
+    pytest.param(
+        "KernelRidge",
+        {"gamma": 0.1, "solver": "cholesky"},
+        ("backends.dask.blocks", "write_blocks"),
+        id="ridge-cholesky",
+    ),
+]
+
+
 @pytest.mark.timeout(60)
-def test_an_rvr_fit_whose_worker_pauses_fails_instead_of_hanging(cluster, pause_first):
-    from backends.dask import RVR
+@pytest.mark.parametrize("name, params, call", FITS)
+def test_a_fit_whose_worker_pauses_fails_instead_of_hanging(
+    cluster, pause_first, name, params, call
+):
+    import backends.dask
 
     rng = np.random.default_rng(0)
     X = rng.uniform(-10, 10, size=(240, 1))
     t = np.sinc(X[:, 0] / np.pi) + rng.normal(0, 0.1, size=240)
-    address = pause_first("backends.dask.runtime:_cache", "get")
-    model = RVR(
-        gamma=0.1, chunk_size=30, address=cluster.scheduler.address, progress=False
+    address = pause_first(*call)
+    model = getattr(backends.dask, name)(
+        chunk_size=30, address=cluster.scheduler.address, progress=False, **params
     )
     tick = time.monotonic()
     with pytest.raises(WorkerPausedError) as error:
-        model.fit(X, t)  # eight tasks a pass: the paused worker holds one
+        model.fit(X, t)
     elapsed = time.monotonic() - tick
     assert paused_workers(cluster) == [address]
     assert_names_worker_limit_and_fix(str(error.value), cluster, address)
     assert elapsed > GRACE, "a pause is tolerated for the grace period"
-    print(f"\nRVR.fit: WorkerPausedError after {elapsed:.1f} s (grace {GRACE} s)")
+    print(
+        f"\n{name}({params}).fit: WorkerPausedError after {elapsed:.1f} s (grace {GRACE} s)"
+    )
 
 
 @pytest.mark.timeout(60)
