@@ -420,6 +420,9 @@ class FastLoop:
             self.polish
             and not settled
             and gain[j] > 0
+            # the best action a re-estimation (else no rule below holds)
+            and np.isfinite(model.alpha[j])
+            and np.isfinite(new_alpha[j])
             and (
                 _near(model, new_alpha, gain)
                 # With β held (the RVC, a held phase) only near the maximum: an
@@ -797,7 +800,8 @@ def add_basis_function(model, Phi, t, usable, j, alpha_j, alignment_max):
         active=active,
         tau=np.append(model.tau, u_t),
         perp=max(model.perp - u_t**2, 0.0),
-        residual=span_residual(Psi, usable.astype(float)),
+        # ‖(I − UUᵀ)φ_i‖² loses the square of the new coordinate (`span_residual`)
+        residual=np.maximum(model.residual - Psi[-1] ** 2, 0.0),
         align=align,
     )
 
