@@ -310,14 +310,15 @@ def test_a_worker_paused_only_while_it_runs_a_task_is_waited_for(cluster, store)
 def test_finished_looks_while_the_other_worker_keeps_finishing(cluster):
     """``finished`` (the Gram store build's wait) looks at the workers every poll
     even while futures keep finishing: the error comes while the healthy worker
-    still works through its share (19 tasks of 0.5 s), not once it has run out."""
+    still works through its share (39 tasks of 0.5 s), not once it has run out."""
     client = cluster
-    futures = client.map(hold_at_0_else_sleep, range(20), [0.5] * 20, pure=False)
+    futures = client.map(hold_at_0_else_sleep, range(40), [0.5] * 40, pure=False)
     seen = []
     with pytest.raises(WorkerPausedError, match="paused by Dask's memory monitor"):
         for future in runtime.finished(client, futures, grace=GRACE):
             seen.append(future.result())
-    assert 0 in seen and len(seen) < 19, f"the error came after {seen}"
+    assert 0 in seen and len(seen) < 39, f"the error came after {seen}"
+    print(f"\nfinished: WorkerPausedError after {len(seen) - 1} of 39 healthy tasks")
     rest = [f for i, f in enumerate(futures) if i not in seen]
     assert rest and all(f.cancelled() for f in rest), "the rest is cancelled"
 
