@@ -17,7 +17,7 @@ share:
 - ``gather``: the wait for a round's results, which raises ``WorkerPausedError``
   when a worker paused by Dask's memory monitor holds the round (instead of
   waiting forever); ``finished``, the same watched wait for a loop that takes
-  each future as it finishes.
+  each future as it finishes; ``compute``, for a dask collection.
 - ``run_loop``: the loop itself — resume, step, checkpoint every few seconds,
   progress; an exception saves the last complete state before it propagates.
 """
