@@ -27,7 +27,7 @@ import warnings
 from collections import namedtuple
 
 import numpy as np
-from scipy.linalg import LinAlgError, cho_factor, cho_solve, qr
+from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
 from kernelref._validation import (
     check_classification_targets,
@@ -80,6 +80,7 @@ __all__ = [
     "START_NAMES",
     "START_REESTIMATIONS",
     "STARTS",
+    "TIE",
     "TOL_FRACTION",
     "dense_start",
     "fast_path",
@@ -103,10 +104,12 @@ STALL_PATIENCE = 20
 
 #: Where `fast_classifier` can start its paths, and where it does by default.
 START_NAMES = ("empty", "dense", "reestimated")
-STARTS = ("dense", "reestimated")
+STARTS = ("empty", "reestimated")
 
 #: The dense start keeps at most this many basis functions (`dense_start`).
 DENSE_START_SIZE = 50
+#: Distances within this relative margin of the largest count as tied.
+TIE = 1e-6
 
 #: Re-estimations from the dense start before the 'reestimated' path's
 #: sequential algorithm (`reestimated_start`).
@@ -308,8 +311,8 @@ def fast_classifier(
     with small α (`dense_start`); 'reestimated' from there after
     `START_REESTIMATIONS` iterations of re-estimation (`reestimated_start`),
     whose pruning while the mode moves is what finds re-estimation's better
-    maxima. The default runs the last two (the book's RVC chapter and
-    ``benchmarks/bench_rvc.py`` measure all three). ``n_iter`` and
+    maxima. The default runs 'empty' and 'reestimated' (the book's RVC chapter
+    and ``benchmarks/bench_rvc.py`` measure the choice). ``n_iter`` and
     ``n_loop_iter`` count the α iterations and the sequential algorithm's
     iterations of every path.
 
@@ -357,20 +360,30 @@ def fast_classifier(
 
 def dense_start(Phi, t, likelihood):
     """α and the mode of re-estimation's start (α_i = 1/N², `initial_alpha`) on
-    at most `DENSE_START_SIZE` basis functions: those a pivoted QR picks, in
-    order of their distance from the span of the ones before, among evenly
-    spaced columns, while that distance is above `SPAN_RESIDUAL_MIN` (the
-    sequential algorithm's test for a new direction)."""
+    at most `DENSE_START_SIZE` basis functions, chosen among evenly spaced
+    columns of Φ as a pivoted QR would: next the unit column farthest from the
+    span of those chosen, while that squared distance is above
+    `SPAN_RESIDUAL_MIN` (the sequential algorithm's test for a new direction).
+
+    Of distances within a factor 1 − `TIE` of the largest the first column is
+    taken: a pivoted QR takes the largest, and where several are nearly equal
+    (many, on a dense sample) designs whose entries round differently (the Dask
+    backend's) chose differently."""
     P = Phi.shape[1]
     candidates = np.unique(
         np.linspace(0, P - 1, min(P, 4 * DENSE_START_SIZE)).astype(int)
     )
-    block, _ = unit_columns(Phi[:, candidates])
-    _, R, order = qr(block, mode="economic", pivoting=True)
-    independent = np.abs(np.diag(R)) ** 2 > SPAN_RESIDUAL_MIN
-    keep = np.sort(
-        candidates[order[: min(np.count_nonzero(independent), DENSE_START_SIZE)]]
-    )
+    R, _ = unit_columns(Phi[:, candidates])  # the parts outside the chosen span
+    keep = []
+    for _ in range(min(DENSE_START_SIZE, len(candidates))):
+        distance = np.einsum("nj,nj->j", R, R)
+        if distance.max() <= SPAN_RESIDUAL_MIN:
+            break
+        j = int(np.argmax(distance >= (1 - TIE) * distance.max()))
+        keep.append(candidates[j])
+        q = R[:, j] / np.sqrt(distance[j])
+        R = R - np.outer(q, q @ R)  # modified Gram–Schmidt
+    keep = np.sort(keep)
     alpha = np.full(P, np.inf)
     alpha[keep] = initial_alpha(len(t))
     mode = laplace_posterior(Phi[:, keep], t, alpha[keep], None, likelihood)
@@ -533,8 +546,9 @@ class RVC(ClassifierMixin, BaseEstimator):
         Add the constant basis function φ_0 = 1 with its own α_0.
     method : {'fast', 'reestimate'}
         Tipping & Faul's sequential algorithm on the Gaussian approximation
-        (`fast_classifier`: two paths from a start of at most 50 basis
-        functions, the higher Laplace evidence kept), or Tipping's re-estimation
+        (`fast_classifier`: two paths, from one basis function and from at most
+        50 after ten re-estimations, the higher Laplace evidence kept), or
+        Tipping's re-estimation
         of all α after every mode (`reestimate_classifier`, from α_i = 1/N² on
         every basis function, as in Tipping's SB1). Both reach nearby Laplace
         evidences (local maxima, often different ones), the fast one at a
