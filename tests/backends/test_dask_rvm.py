@@ -34,8 +34,8 @@ class Interrupted(Exception):
 # Dask pauses a worker at 80% of its limit and a paused worker never finishes
 # the task it holds, so the limit must clear 145 MB by a margin: at N = 6000 the
 # design matrix is 288 MB and the limit, 90% of it, pauses at 207 MB while no
-# worker can hold Φ. (At N = 5000 the pause came at 144 MB, and a fresh CI run
-# hung there.)
+# worker can hold Φ. (At N = 5000 the pause came at 144 MB: a fresh CI run hung
+# there, and now fails with runtime.WorkerPausedError after its grace period.)
 N_LARGE = 6000
 MEMORY_LIMIT = int(0.9 * 8 * N_LARGE**2)
 RTOL = 1e-8
