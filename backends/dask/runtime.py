@@ -483,7 +483,7 @@ def map_chunks(client, func, ref, *args):
         pure=False,
     )
     try:
-        return gather(client, futures)
+        return gather(client, futures, inputs=values)
     finally:
         client.cancel(futures + values)
 
@@ -499,9 +499,11 @@ class WorkerPausedError(MemoryError):
     ``memory_limit``) and that can free nothing: the round would never end."""
 
 
-def gather(client, futures, *, grace=None):
+def gather(client, futures, *, grace=None, inputs=()):
     """The results of `futures` (in order), as ``client.gather``, but a round
     held by a paused worker raises ``WorkerPausedError`` instead of hanging.
+    `inputs` are futures the round's tasks depend on (``map_chunks``'s
+    arguments): watched as the round's own tasks are, never gathered.
 
     While waiting, the workers' status is read from the scheduler every
     ``PAUSE_POLL_SECONDS``. A worker that is paused, runs no task, spills
@@ -513,7 +515,7 @@ def gather(client, futures, *, grace=None):
     """
     watch = _PauseWatch(client, PAUSE_GRACE_SECONDS if grace is None else grace)
     try:
-        watch.wait(futures, "ALL_COMPLETED")
+        watch.wait(futures, "ALL_COMPLETED", inputs)
         return client.gather(futures)
     except BaseException:
         client.cancel(futures)
@@ -564,17 +566,18 @@ class _PauseWatch:
         self.since = {}  # address -> (monotonic time, bytes spilled to disk then)
         self.looked = clock()  # the first look is one poll after the start
 
-    def wait(self, futures, return_when):
+    def wait(self, futures, return_when, inputs=()):
         """Block until `return_when` (``"ALL_COMPLETED"`` or
         ``"FIRST_COMPLETED"``) holds for `futures` or one of them fails, with a
-        ``check`` of the keys still pending every ``PAUSE_POLL_SECONDS``
-        (counted from the watch's start, whatever finishes meanwhile)."""
+        ``check`` of the keys still pending, theirs and their `inputs`', every
+        ``PAUSE_POLL_SECONDS`` (counted from the watch's start, whatever
+        finishes meanwhile)."""
         from distributed import wait
 
         while True:
             due = self.looked + PAUSE_POLL_SECONDS - self.clock()
             if due <= 0:
-                self.check({f.key for f in futures if not f.done()})
+                self.check({f.key for f in [*futures, *inputs] if not f.done()})
                 due = PAUSE_POLL_SECONDS
             try:
                 wait(futures, timeout=due, return_when=return_when)

@@ -252,6 +252,33 @@ def test_every_worker_paused_fails_a_round_waiting_on_the_scheduler(cluster):
     assert all(f.cancelled() for f in futures)
 
 
+def hold_then_return(value):
+    """Take the memory, wait for the pause, and finish: the worker is then
+    paused and idle with the tasks queued behind this one."""
+    hold()
+    until_paused(distributed.get_worker())
+    return value
+
+
+def test_a_paused_worker_holding_an_input_of_the_round_fails_it(cluster):
+    """A round's argument (``map_chunks`` puts each in the graph as one task)
+    assigned to a worker that pauses before running it: the round's own tasks
+    wait on it, assigned to no worker, so only watching the inputs sees it."""
+    client = cluster
+    first, other = sorted(client.scheduler_info()["workers"])
+    busy = client.submit(hold_then_return, 0, workers=[first], pure=False)
+    value = client.submit(np.ones, 3, workers=[first], pure=False)  # queued
+    futures = client.map(np.sum, [value] * 4, workers=[other], pure=False)
+    tick = time.monotonic()
+    with pytest.raises(WorkerPausedError) as error:
+        runtime.gather(client, futures, grace=GRACE, inputs=[value])
+    elapsed = time.monotonic() - tick
+    assert busy.result() == 0 and elapsed > GRACE
+    assert_names_worker_limit_and_fix(str(error.value), client, first)
+    print(f"\nWorkerPausedError after {elapsed:.1f} s (grace {GRACE} s)")
+    client.cancel([value])
+
+
 def test_a_dask_collection_computed_on_paused_workers_fails(cluster, monkeypatch):
     """``runtime.compute``, which turns dask input into numpy (``materialise``)."""
     import dask
