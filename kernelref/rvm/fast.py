@@ -186,7 +186,8 @@ RELEASE_EVERY = 10
 #: ``active`` indexes the columns of Φ in the model; ``alpha``, ``mu``, ``Sigma``
 #: belong to them, on the scale of the columns the function was given; ``evidence`` is the log evidence after each iteration;
 #: ``actions`` records ("add" | "reestimate" | "delete" | "none", column) per
-#: iteration, or ("polish", the number of basis functions it deleted); ``n_fresh`` counts the fresh factorisations (rvm-SQ-stable) and
+#: iteration, or ("polish" | "prune", the number of basis functions it deleted:
+#: `polish_model`, `FastLoop._prune`); ``n_fresh`` counts the fresh factorisations (rvm-SQ-stable) and
 #: ``drift`` is the largest drift of the rank-one updates measured against them.
 FastResult = namedtuple(
     "FastResult",
@@ -334,7 +335,11 @@ class FastLoop:
     never added.
 
     Each iteration is `choose_action` on the current S, Q and then one of
-    `add_basis_function`, `reestimate_basis_function` or `delete_basis_function`.
+    `add_basis_function`, `reestimate_basis_function` or `delete_basis_function`
+    — or one of two joint actions: a Newton polish of every α (and β) of the
+    model (`polish_model`, on the rules of `_near` and `_polish_pays`) and, with
+    β learnt, when several deletions pay at once, all of them together if that
+    beats the best single deletion (`_prune`).
     S, Q and H⁻¹ are carried from one iteration to the next by rank-one updates
     (rvm-SQ-rank-one, O(Pm) on an addition or re-estimation) and factorised afresh
     (rvm-SQ-stable, O(Pm² + m³)) after a β update, and every `REFRESH_INTERVAL`
@@ -438,7 +443,12 @@ class FastLoop:
             )
             if polished.n_steps > 0:
                 return self._after_polish(state, polished, n_iter)
-        if gain[j] <= 0:
+        pruned = False
+        if self.update_beta and gain[j] > 0 and np.isinf(new_alpha[j]):
+            pruned, model = self._prune(model, new_alpha, gain, j)
+        if pruned:
+            action, j = "prune", pruned  # the record: how many were deleted
+        elif gain[j] <= 0:
             # No single α change raises the evidence: only β may still move.
             action = "none"
         elif np.isinf(new_alpha[j]):
@@ -464,7 +474,7 @@ class FastLoop:
         else:
             action = "reestimate"
             model = reestimate_basis_function(model, j, new_alpha[j])
-        if gain[j] > 0:
+        if not pruned and gain[j] > 0:
             model = model._replace(log_evidence=model.log_evidence + gain[j])
 
         since_beta = state.since_beta + 1
@@ -492,6 +502,26 @@ class FastLoop:
         return FastState(
             model, n_iter, since_beta, converged, state.evidence, state.actions
         )
+
+    def _prune(self, model, new_alpha, gain, j):
+        """Every deletion that pays at once, when more than one does and their
+        joint result, factorised afresh, beats the best single deletion j (whose
+        gain is exact): (the number deleted, the pruned model), else (0, model).
+        After a β update lowers β many basis functions turn irrelevant together
+        (at the end of the 'auto' schedule's held phase, a third to a half of the
+        model), and one by one each deletion waits for re-estimations in between."""
+        a = model.active
+        out = a[np.isinf(new_alpha[a]) & (gain[a] > 0)]
+        if len(out) < 2:
+            return 0, model
+        alpha = model.alpha.copy()
+        alpha[out] = np.inf
+        trial = self._refresh(
+            model._replace(alpha=alpha, active=a[np.isfinite(alpha[a])], align=None)
+        )
+        if trial.log_evidence > model.log_evidence + gain[j]:
+            return len(out), trial
+        return 0, model._replace(n_fresh=trial.n_fresh)  # the trial counts
 
     def _noise_settled(self, model):
         """With β held: the β (rvm-noise) would give now, recorded in the model, and

@@ -288,3 +288,47 @@ def test_held_phase_released_when_the_noise_estimate_levels_off():
     assert all(
         abs(np.log(b / a)) >= RELEASE_TOL for a, b in zip(estimates, estimates[1:-1])
     )
+
+
+def test_prune_deletes_together_what_pays_when_that_beats_one_deletion():
+    # The 'auto' schedule on Friedman #1: once β is learnt after the held phase,
+    # many basis functions turn irrelevant together. A prune deletes exactly those
+    # whose deletion pays, and only when that beats the best single deletion: both
+    # checked against the log evidence from the explicit N×N covariance.
+    from scipy.stats import multivariate_normal
+
+    from kernelref.rvm.fast import HOLD_TOL, RELEASE_TOL, FastLoop, run_to_end
+
+    Phi, usable, t = unit_problem(seed=3, n=150, gamma=0.025)
+
+    def direct(active, alpha, beta):
+        C = np.eye(len(t)) / beta + (Phi[:, active] / alpha) @ Phi[:, active].T
+        return multivariate_normal(np.zeros(len(t)), C).logpdf(t)
+
+    held = run_to_end(
+        FastLoop(Phi, usable, t, update_beta=False, release=RELEASE_TOL, tol=HOLD_TOL)
+    )
+    alpha = np.full(Phi.shape[1], np.inf)
+    alpha[held.active] = held.alpha
+    loop = FastLoop(Phi, usable, t, alpha=alpha, beta=held.beta)
+    state, prunes = loop.start(), 0
+    while not loop.done(state):
+        before = state.model
+        j, new_alpha, gain, _ = choose_action(before, usable, 1e-3, ALIGNMENT_MAX)
+        state = loop.step(state)
+        kind, n_deleted = state.actions[-1]
+        if kind != "prune":
+            continue
+        prunes += 1
+        a = before.active
+        paying = a[np.isinf(new_alpha[a]) & (gain[a] > 0)]
+        rest = np.setdiff1d(a, paying)
+        assert n_deleted == len(paying) >= 2
+        assert np.all(np.isin(rest, state.model.active))
+        assert not np.any(np.isin(paying, state.model.active))
+        L_before = direct(a, before.alpha[a], before.beta)
+        assert gain[j] > 0 and np.isinf(new_alpha[j])  # a deletion was the best
+        pruned = direct(rest, before.alpha[rest], before.beta)
+        assert pruned > L_before + gain[j]
+    assert prunes >= 2 and state.converged
+    assert np.all(np.diff(state.evidence) >= -1e-9 * np.abs(state.evidence[1:]))
