@@ -83,6 +83,9 @@ __all__ = [
     "TIE",
     "TOL_FRACTION",
     "dense_start",
+    "extrapolated",
+    "ACCELERATE_MAX",
+    "ACCELERATE_RATE",
     "fast_path",
     "log_posterior",
     "posterior_mean",
@@ -118,9 +121,16 @@ START_REESTIMATIONS = 10
 #: The sequential algorithm's tolerance on log α on the first approximations of
 #: a path, while its model changes: the next approximation moves the α anyway.
 #: Once the model stays, `TOL_FRACTION` of the largest change of log α between
-#: the last two approximations, down to ``tol`` and never up again.
+#: the last two approximations (at most `TOL_FRACTION` times the last
+#: tolerance), down to ``tol`` and never up again.
 LOOSE_TOL = 1.0
 TOL_FRACTION = 0.1
+
+#: A path whose model stays and whose steps in log α shrink by a factor of at
+#: least this per approximation is extrapolated (`extrapolated`), by at most
+#: ACCELERATE_MAX in each log α.
+ACCELERATE_RATE = 0.5
+ACCELERATE_MAX = 3.0
 
 #: Newton steps per mode at most. From a warm start a mode takes a handful;
 #: from w = 0 on separable data, where small α lets w grow large, a few dozen.
@@ -457,7 +467,7 @@ def fast_path(
     )
     evidence = []
     best, since_best, n_loop_iter = None, 0, 0
-    loop_tol, last_change = max(tol, LOOSE_TOL), np.inf
+    loop_tol, last_change, last_step = max(tol, LOOSE_TOL), np.inf, None
     for n_iter in range(1, max_iter + 1):
         a = Phi[:, active] @ w[active]
         Phi_unit, scales, t_tilde = approximation(Phi, a, t, likelihood)
@@ -493,15 +503,27 @@ def fast_path(
         new_alpha[step.active] = step.alpha
         w = np.zeros(P)
         w[step.active] = mode.mu
-        change = np.inf
+        change, step_log = np.inf, None
         if alpha is not None and np.array_equal(
             np.isfinite(alpha), np.isfinite(new_alpha)
         ):
-            change = np.max(np.abs(np.log(new_alpha[active] / alpha[active])))
+            step_log = np.log(new_alpha[active] / alpha[active])
+            change = np.max(np.abs(step_log))
         settled = loop_tol <= tol and change < tol
+        if not settled and step_log is not None and last_step is not None:
+            accelerated = extrapolated(
+                Phi_active, t, likelihood, step.alpha, mode, step_log, last_step
+            )
+            if accelerated is not None:
+                mode, step = accelerated, step._replace(alpha=accelerated.alpha)
+                new_alpha[active], w[active] = step.alpha, mode.mu
+                evidence[-1], step_log = mode.log_evidence, None
+        last_step = step_log
         # The next approximation's α need be found only to a fraction of how far
-        # the approximations still move them; never looser than before.
-        loop_tol = max(tol, min(loop_tol, TOL_FRACTION * change))
+        # the approximations still move them: never looser than before, and
+        # tighter by at most TOL_FRACTION (an approximation that changed nothing
+        # at a loose tolerance says little about how settled the α are).
+        loop_tol = max(tol, min(loop_tol, TOL_FRACTION * max(change, loop_tol)))
         alpha = new_alpha
         fit = ClassifierFit(
             step.active,
@@ -526,6 +548,27 @@ def fast_path(
     return best._replace(
         evidence=np.array(evidence), n_iter=n_iter, n_loop_iter=n_loop_iter
     )
+
+
+def extrapolated(Phi, t, likelihood, alpha, mode, step, last_step):
+    """Aitken's extrapolation of the α of a path whose model stays: where the
+    last step in log α, ``step``, is a multiple ρ of the one before,
+    ``last_step`` (|ρ| at least `ACCELERATE_RATE`: slow linear convergence, or
+    for ρ < 0 an oscillation about the fixed point), the geometric series of the
+    steps to come sums to step·ρ/(1 − ρ). Returns the Laplace approximation
+    there (a `Laplace` with its ``alpha``), or None."""
+    size = last_step @ last_step
+    rho = (step @ last_step) / size if size > 0 else 0.0
+    if not (ACCELERATE_RATE <= abs(rho) and -2 < rho < 1):
+        return None
+    jump = np.clip(step * rho / (1 - rho), -ACCELERATE_MAX, ACCELERATE_MAX)
+    alpha = alpha * np.exp(jump)
+    ahead = laplace_posterior(Phi, t, alpha, mode.mu, likelihood)
+    return AcceleratedLaplace(*ahead, alpha)
+
+
+#: A `Laplace` approximation at extrapolated α (`extrapolated`).
+AcceleratedLaplace = namedtuple("AcceleratedLaplace", Laplace._fields + ("alpha",))
 
 
 METHODS = ("fast", "reestimate")

@@ -16,6 +16,7 @@ from kernelref.rvm.classification import (
     BERNOULLI,
     STALL_PATIENCE,
     dense_start,
+    extrapolated,
     fast_classifier,
     fast_path,
     laplace_posterior,
@@ -334,6 +335,23 @@ def test_a_cycling_path_stops_after_the_patience_and_keeps_its_best_fit():
     assert fit.log_evidence == np.max(fit.evidence)
     mode = laplace_posterior(Phi[:, fit.keep], t, fit.alpha, fit.mu)
     assert mode.log_evidence == pytest.approx(fit.log_evidence, abs=1e-8)
+
+
+def test_extrapolation_sums_the_geometric_series_of_steps():
+    Phi, t, alpha = small_binary_problem(7)
+    mode = laplace_posterior(Phi, t, alpha)
+    last = np.array([0.4, -0.2, 0.1, 0.0, 0.3])
+    for rho in (0.8, -0.9):  # slow convergence, and an oscillation
+        ahead = extrapolated(Phi, t, BERNOULLI, alpha, mode, rho * last, last)
+        # The steps to come, ρ²·last, ρ³·last, ..., sum to ρ·last·ρ/(1 − ρ).
+        expected = alpha * np.exp(rho * last * rho / (1 - rho))
+        np.testing.assert_allclose(ahead.alpha, expected, rtol=1e-12)
+        again = laplace_posterior(Phi, t, expected)
+        np.testing.assert_allclose(ahead.mu, again.mu, rtol=1e-8, atol=1e-12)
+        assert ahead.log_evidence == pytest.approx(again.log_evidence, abs=1e-9)
+    # Fast convergence (|ρ| < ACCELERATE_RATE) and steps that grow are left alone.
+    assert extrapolated(Phi, t, BERNOULLI, alpha, mode, 0.3 * last, last) is None
+    assert extrapolated(Phi, t, BERNOULLI, alpha, mode, 1.5 * last, last) is None
 
 
 @pytest.mark.parametrize("seed", [0, 1])
