@@ -221,7 +221,7 @@ class GramStore:
 
         A worker that Dask's memory monitor pauses while blocks wait on it
         fails the build with ``runtime.WorkerPausedError`` (after
-        ``runtime.PAUSE_GRACE_SECONDS``) instead of hanging it; the blocks
+        ``waiting.PAUSE_GRACE_SECONDS``) instead of hanging it; the blocks
         written so far stay, and a build with more memory resumes from them.
         """
         X = check_array(X, "X")

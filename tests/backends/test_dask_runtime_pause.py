@@ -26,14 +26,14 @@ import pytest
 distributed = pytest.importorskip("distributed")
 pytest.importorskip("zarr")
 
-from backends.dask import runtime  # noqa: E402
+from backends.dask import runtime, waiting  # noqa: E402
 from backends.dask.runtime import FitStore, WorkerPausedError, read_chunk  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 #: Each worker's limit: about 100 MB of libraries below its pause threshold.
 MEMORY_LIMIT = 800 * 2**20
-#: A short grace for the tests (the library's is ``runtime.PAUSE_GRACE_SECONDS``).
+#: A short grace for the tests (the library's is ``waiting.PAUSE_GRACE_SECONDS``).
 GRACE = 3.0
 HELD = "_kernelref_test_held"
 PATCHED = "_kernelref_test_patched"
@@ -211,7 +211,7 @@ def test_a_healthy_round_longer_than_a_poll_is_unaffected(cluster, store):
     client = cluster
     tick = time.monotonic()
     sums = runtime.map_chunks(client, slow_sum, fit_store.x_ref)
-    assert time.monotonic() - tick > runtime.PAUSE_POLL_SECONDS, "the watch polled"
+    assert time.monotonic() - tick > waiting.PAUSE_POLL_SECONDS, "the watch polled"
     np.testing.assert_allclose(sums, chunk_sums(X, fit_store), rtol=1e-12)
 
 
@@ -220,7 +220,7 @@ def test_a_worker_paused_with_the_rounds_tasks_fails_the_round(
 ):
     X, fit_store = store
     client = cluster
-    monkeypatch.setattr(runtime, "PAUSE_GRACE_SECONDS", GRACE)
+    monkeypatch.setattr(waiting, "PAUSE_GRACE_SECONDS", GRACE)
     tick = time.monotonic()
     with pytest.raises(WorkerPausedError) as error:
         runtime.map_chunks(client, hold_in_chunk_0, fit_store.x_ref)
@@ -285,7 +285,7 @@ def test_a_dask_collection_computed_on_paused_workers_fails(cluster, monkeypatch
     import dask.array as da
 
     client = cluster
-    monkeypatch.setattr(runtime, "PAUSE_GRACE_SECONDS", GRACE)
+    monkeypatch.setattr(waiting, "PAUSE_GRACE_SECONDS", GRACE)
     X = da.arange(40.0, chunks=10)
     with dask.config.set(scheduler=client):
         np.testing.assert_array_equal(runtime.compute(X), np.arange(40.0))
@@ -357,7 +357,7 @@ def pause_first(cluster, monkeypatch):
     ``owner.name`` (``pause_at_first_call``); returns its address. The grace is
     GRACE: the watch runs on the client, so patching the module constant in this
     process reaches it."""
-    monkeypatch.setattr(runtime, "PAUSE_GRACE_SECONDS", GRACE)
+    monkeypatch.setattr(waiting, "PAUSE_GRACE_SECONDS", GRACE)
     address = sorted(cluster.scheduler_info()["workers"])[0]
 
     def patch(owner, name):
@@ -493,7 +493,7 @@ class ScriptedClient:
 def watch_at(client, grace=20.0):
     """A watch and a clock to move: ``look(t, pending)`` checks at time t."""
     clock = [0.0]
-    watch = runtime._PauseWatch(client, grace, clock=lambda: clock[0])
+    watch = waiting._PauseWatch(client, grace, clock=lambda: clock[0])
 
     def look(t, pending=frozenset({"k"})):
         clock[0] = t
