@@ -332,3 +332,31 @@ def test_prune_deletes_together_what_pays_when_that_beats_one_deletion():
         assert pruned > L_before + gain[j]
     assert prunes >= 2 and state.converged
     assert np.all(np.diff(state.evidence) >= -1e-9 * np.abs(state.evidence[1:]))
+
+
+def test_prune_keeps_one_basis_function_when_every_deletion_pays():
+    from kernelref.rvm.fast import FastLoop
+
+    Phi, usable, t = unit_problem(seed=3, n=150, gamma=0.025)
+    loop = FastLoop(Phi, usable, t)
+    state = loop.start()
+    while len(state.model.active) < 4:
+        state = loop.step(state)
+    model = state.model
+    a = model.active
+    new_alpha = model.alpha.copy()
+    new_alpha[a] = np.inf  # as if every deletion paid
+    gain = np.zeros(len(new_alpha))
+    gain[a] = np.arange(1.0, len(a) + 1)  # a[0] gains least
+    tried = []
+    refresh_model = loop._refresh
+    loop._refresh = lambda m, measure=False: tried.append(m) or refresh_model(m)
+    n_deleted, pruned = loop._prune(model, new_alpha, gain, a[-1])
+    (trial,) = tried
+    np.testing.assert_array_equal(trial.active, a[:1])  # the one gaining least stays
+    assert np.isfinite(trial.alpha[a[0]]) and np.all(np.isinf(trial.alpha[a[1:]]))
+    # A one-function model is far below the best single deletion: not taken, but
+    # its fresh factorisation is counted.
+    assert n_deleted == 0
+    np.testing.assert_array_equal(pruned.active, a)
+    assert pruned.n_fresh == model.n_fresh + 1
