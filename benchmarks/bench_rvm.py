@@ -56,8 +56,9 @@ median ratio 0.37; 11 812 iterations, 947 fresh factorisations):
   (after the held phase 12-48 functions at once). Cheaper polish steps (Sigma
   without np.tril, LAPACK directly, eigh's divide-and-conquer driver) and rank-one
   updates of H^-1.
-- After, two full runs: 6 150 iterations, 930 fresh factorisations; targets met
-  on 25 and 26 rows (time 27 and 28, evidence 37), median ratio 0.36 and 0.31.
+- After, a full run: 6 150 iterations, 930 fresh factorisations; targets met on
+  26 rows (time 28, evidence 37), median ratio 0.31 (before the prune: 25, 27,
+  37, 0.36 with 7 553 iterations).
   Fast-path CPU time (min of 3) against the same peer times, this code against
   the before's: 28 against 26 rows, 1.47 s against 1.72 s in all. Sinc N=2000:
   64x (+1.27 nats) and 68x (gamma=0.25: -1.89 nats, was -2.36).
