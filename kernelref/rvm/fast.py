@@ -24,7 +24,9 @@ form, which cancels catastrophically on nearly collinear columns. Between fresh
 factorisations (after a β update, or an adaptive interval) S_i, Q_i and H⁻¹ are
 carried by rank-one updates (label ``rvm-SQ-rank-one``), as Tipping & Faul (§4)
 describe: each iteration is `choose_action` and then `add_basis_function`,
-`reestimate_basis_function` or `delete_basis_function`, O(Pm) each.
+`reestimate_basis_function` or `delete_basis_function`, O(Pm) each, or one of
+two joint actions that `FastLoop` takes when they pay more: a Newton polish of
+every α (`kernelref.rvm.polish`) and a prune of several deletions at once.
 """
 
 from collections import namedtuple
@@ -160,9 +162,9 @@ POLISH_NEAR = 1.0
 #: of the end only at iteration 710; with this, 205 iterations in all). Measured
 #: on the benchmark's 41 problems (before `FastLoop._prune`): ratio 10 takes 5 172
 #: iterations in all, 100 takes 7 553 and none 10 834, for 10% and 7% less CPU
-#: time than none; but an early polish deletes
-#: what coordinate ascent would keep, and leads to other maxima: on 12 Friedman #1
-#: problems (c = 0.25, 1) ratio 10 ends 25.5 nats lower in all, 100 5.4 nats …
+#: time than none; but an early polish deletes what coordinate ascent would keep,
+#: and leads to other maxima: on 12 Friedman #1 problems (c = 0.25, 1) ratio 10
+#: ends 25.5 nats lower in all, 100 5.4 nats …
 POLISH_RATIO = 100.0
 #: … at most once in POLISH_EVERY iterations (a polish costs O(m³) per Newton step).
 POLISH_EVERY = 20
