@@ -185,8 +185,12 @@ def fresh_statistics(Psi, active, alpha, beta, residual, PhiT_t, tau):
     evidence (`split_log_evidence`)."""
     L = cholesky_H(Psi[:, active], alpha, beta)
     S, Q = stable_SQ(Psi, active, alpha, beta, residual, PhiT_t, tau, L)
-    H_inv = lapack.dpotri(L, lower=1)[0]  # the lower triangle of H⁻¹
-    H_inv = np.tril(H_inv) + np.tril(H_inv, -1).T
+    # dpotri writes H⁻¹'s lower triangle over L, whose upper one is zero
+    # (`cholesky_H`'s clean=1): H⁻¹ is that plus its transpose, the diagonal
+    # halved (exactly).
+    H_inv = lapack.dpotri(L, lower=1)[0]
+    H_inv += H_inv.T
+    H_inv.flat[:: len(H_inv) + 1] *= 0.5
     z = _solve_lower(L, tau)
     return S, Q, H_inv, 2.0 * np.sum(np.log(np.diag(L))), z @ z
 

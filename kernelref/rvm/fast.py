@@ -96,6 +96,7 @@ __all__ = [
     "optimal_alpha",
     "reestimate_basis_function",
     "refresh",
+    "refused_additions",
     "refresh_interval",
     "run_to_end",
     "sparsity_quality",
@@ -199,7 +200,7 @@ FastResult = namedtuple(
 )
 
 
-def sparsity_quality(S, Q, alpha):
+def sparsity_quality(S, Q, alpha, inside=None):
     """s_i, q_i from S_i, Q_i (label ``rvm-sq``).
 
     For a basis function in the model (finite α_i), s_i = α_iS_i/(α_i − S_i) and
@@ -207,11 +208,16 @@ def sparsity_quality(S, Q, alpha):
     With α_i − S_i = α_i²/(α_i + s_i) the factor is 1 + s_i/α_i = q_i²/s_i at the
     optimum α_i: it magnifies the relative error of S_i, which is why S_i must be
     computed without cancellation (`kernelref.rvm.coordinates.stable_SQ`).
+    ``inside`` indexes the finite α_i when the caller knows them (the model's
+    ``active``).
     """
-    inside = np.isfinite(alpha)
-    factor = np.ones_like(S)
-    factor[inside] = alpha[inside] / (alpha[inside] - S[inside])
-    return factor * S, factor * Q
+    if inside is None:
+        inside = np.flatnonzero(np.isfinite(alpha))
+    s, q = S.copy(), Q.copy()
+    factor = alpha[inside] / (alpha[inside] - S[inside])
+    s[inside] = factor * S[inside]
+    q[inside] = factor * Q[inside]
+    return s, q
 
 
 def ell(alpha, s, q):
@@ -233,7 +239,7 @@ def optimal_alpha(s, q):
         )
 
 
-def _choose_action(alpha, s, q, refused, n_active):
+def _choose_action(alpha, active, s, q, refused):
     """The optimal α and the gain ΔL of changing it, for every column.
 
     For every column: its optimal α (rvm-fast-alpha) and ΔL = ℓ(α_new) − ℓ(α_old)
@@ -241,22 +247,21 @@ def _choose_action(alpha, s, q, refused, n_active):
     that stays out gains 0). At the optimum α* = s/r, with r = (q² − s)/s,
     ℓ(α*) = ½[r − log(1 + r)], the gain of an addition; only the columns with
     q² − s above `ZERO_FACTOR` have one. Deleting the last basis function and adding
-    a `refused` one (aligned with a basis function in the model, or inside the
-    model's span) are not allowed.
+    a ``refused`` column (aligned with a basis function in the model, or inside the
+    model's span; those in the model, ``active``, are never refused) are not allowed.
     """
-    inside = np.isfinite(alpha)
     theta = q * q - s
-    to = np.flatnonzero((theta > ZERO_FACTOR) & ~(refused & ~inside))
-    r = theta[to] / s[to]
+    to = np.flatnonzero((theta > ZERO_FACTOR) & ~refused)
+    s_to = s[to]
+    r = theta[to] / s_to
     new_alpha = np.full(len(s), np.inf)
-    new_alpha[to] = s[to] / r
+    new_alpha[to] = s_to / r
     gain = np.zeros(len(s))
     gain[to] = 0.5 * (r - np.log1p(r))  # ℓ(α_new), 0 for α_new = ∞
-    at = np.flatnonzero(inside)
-    ell_old = _ell_finite(alpha[at], s[at], q[at])
-    if n_active == 1 and np.isinf(new_alpha[at[0]]):  # the last one stays
-        new_alpha[at], gain[at] = alpha[at], ell_old
-    gain[at] -= ell_old  # − ℓ(α_old), 0 for α_old = ∞
+    ell_old = _ell_finite(alpha[active], s[active], q[active])
+    if len(active) == 1 and np.isinf(new_alpha[active[0]]):  # the last one stays
+        new_alpha[active], gain[active] = alpha[active], ell_old
+    gain[active] -= ell_old  # − ℓ(α_old), 0 for α_old = ∞
     return new_alpha, gain
 
 
@@ -713,19 +718,10 @@ def choose_action(model, usable, tol, alignment_max):
     """The column j to act on, every column's optimal α and gain ΔL
     (`_choose_action`), and whether the α have settled (see `fast_on_unit_columns`)."""
     alpha, active = model.alpha, model.active
-    s, q = sparsity_quality(model.S, model.Q, alpha)
-    # Only a new direction needs a residual above SPAN_RESIDUAL_MIN: a deleted
-    # column rejoins along the direction U still holds for it.
-    near = (model.residual < SPAN_RESIDUAL_MIN) & ~model.dead
-    near[active] = False
-    if model.U.shape[1] > len(active) and near.any():
-        # U spans deleted columns too: the test is against the model's own span.
-        index = np.flatnonzero(near)
-        near[index] = outside_model_span(model, index) < SPAN_RESIDUAL_MIN
-    refused = ~usable | near
-    if alignment_max < 1:
-        refused |= model.align > alignment_max
-    new_alpha, gain = _choose_action(alpha, s, q, refused, len(active))
+    s, q = sparsity_quality(model.S, model.Q, alpha, active)
+    new_alpha, gain = _choose_action(
+        alpha, active, s, q, refused_additions(model, usable, alignment_max)
+    )
     small = np.abs(np.log(new_alpha[active] / alpha[active])) < tol
     # A re-estimation within the tolerance already counts as converged, and gains
     # only O((Δ log α)²): it is not worth an iteration.
@@ -737,6 +733,27 @@ def choose_action(model, usable, tol, alignment_max):
     # When no gain is positive the remaining changes of α are below what the
     # evidence resolves in floating point: the α are as settled as they can get.
     return j, new_alpha, gain, bool(settled or gain[j] <= 0)
+
+
+def refused_additions(model, usable, alignment_max):
+    """The columns outside the model that may not join it: unusable (zero) columns,
+    those inside the model's span to within `SPAN_RESIDUAL_MIN`, and those aligned
+    with a basis function in it beyond ``alignment_max``."""
+    active = model.active
+    # Only a new direction needs a residual above SPAN_RESIDUAL_MIN: a deleted
+    # column rejoins along the direction U still holds for it.
+    near = (model.residual < SPAN_RESIDUAL_MIN) & ~model.dead
+    near[active] = False
+    if model.U.shape[1] > len(active) and near.any():
+        # U spans deleted columns too: the test is against the model's own span.
+        index = np.flatnonzero(near)
+        near[index] = outside_model_span(model, index) < SPAN_RESIDUAL_MIN
+    refused = near
+    refused |= ~usable
+    if alignment_max < 1:
+        refused |= model.align > alignment_max
+    refused[active] = False
+    return refused
 
 
 def outside_model_span(model, index):

@@ -45,18 +45,14 @@ Polished = namedtuple("Polished", "alpha beta log_evidence n_steps reason")
 
 
 def _posterior(K, Rt_tau, tau_tau, perp, alpha, beta, N):
-    """Σ, μ, e and L of the m-dimensional problem (K = RᵀR, Rᵀτ, τᵀτ)."""
+    """The Cholesky factor of Σ⁻¹ (`_covariance` gives Σ from it: only for the
+    steps accepted), μ, e and L of the m-dimensional problem (K = RᵀR, Rᵀτ, τᵀτ)."""
     P = beta * K
     P.flat[:: len(alpha) + 1] += alpha
     L, info = lapack.dpotrf(P, lower=1, clean=1)
     if info != 0:
         raise LinAlgError("the posterior precision is not positive definite")
     mu = lapack.dpotrs(L, beta * Rt_tau, lower=1)[0]
-    # Σ's lower triangle; the upper one stays zero (dpotrf's clean=1), so Σ is
-    # that triangle plus its transpose, the diagonal halved (exactly).
-    Sigma = lapack.dpotri(L, lower=1)[0]
-    Sigma += Sigma.T
-    Sigma.flat[:: len(alpha) + 1] *= 0.5
     # ‖τ − Rμ‖² = τᵀτ − 2μᵀRᵀτ + μᵀKμ
     e = perp + max(tau_tau - 2 * mu @ Rt_tau + mu @ (K @ mu), 0.0)
     log_det = 2.0 * np.sum(np.log(np.diag(L)))
@@ -68,7 +64,17 @@ def _posterior(K, Rt_tau, tau_tau, perp, alpha, beta, N):
         + beta * e
         + mu @ (alpha * mu)
     )
-    return Sigma, mu, e, log_evidence
+    return L, mu, e, log_evidence
+
+
+def _covariance(L):
+    """Σ from the lower Cholesky factor L of Σ⁻¹ (`_posterior`): dpotri gives Σ's
+    lower triangle; the upper one stays zero (dpotrf's clean=1), so Σ is that
+    triangle plus its transpose, the diagonal halved (exactly)."""
+    Sigma = lapack.dpotri(L, lower=1)[0]
+    Sigma += Sigma.T
+    Sigma.flat[:: len(Sigma) + 1] *= 0.5
+    return Sigma
 
 
 def evidence_derivatives(R, tau, perp, alpha, beta, N, learn_beta=True):
@@ -76,7 +82,8 @@ def evidence_derivatives(R, tau, perp, alpha, beta, N, learn_beta=True):
     (log α, log β) — or log α alone without ``learn_beta`` — of the model with
     coordinates R and τ (label ``rvm-polish-hessian``)."""
     K, Rt_tau = R.T @ R, R.T @ tau
-    Sigma, mu, e, L = _posterior(K, Rt_tau, tau @ tau, perp, alpha, beta, N)
+    factor, mu, e, L = _posterior(K, Rt_tau, tau @ tau, perp, alpha, beta, N)
+    Sigma = _covariance(factor)
     return (L,) + _derivatives(Sigma, mu, e, alpha, beta, N, learn_beta)
 
 
@@ -151,7 +158,8 @@ def newton_polish(
     keep = np.arange(len(alpha_all))
     alpha, beta = alpha_all.copy(), float(beta)
     K, Rt_tau = K_all, Rt_tau_all
-    Sigma, mu, e, L = _posterior(K, Rt_tau, tau_tau, perp, alpha, beta, N)
+    factor, mu, e, L = _posterior(K, Rt_tau, tau_tau, perp, alpha, beta, N)
+    Sigma = _covariance(factor)
 
     def finish(n_steps, reason):
         out = np.full(len(alpha_all), np.inf)
@@ -188,7 +196,8 @@ def newton_polish(
                 K[np.ix_(rest, rest)],
                 Rt_tau[rest],
             )
-            Sigma, mu, e, L = trial
+            factor, mu, e, L = trial
+            Sigma = _covariance(factor)
             continue
         m = len(alpha)
         fit_beta = learn_beta
@@ -222,5 +231,6 @@ def newton_polish(
         if not accepted:
             return finish(n_steps, "flat")
         alpha, beta = new_alpha, new_beta
-        Sigma, mu, e, L = trial
+        factor, mu, e, L = trial
+        Sigma = _covariance(factor)
     return finish(max_steps, "max_steps")
