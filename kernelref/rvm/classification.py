@@ -101,8 +101,9 @@ __all__ = [
     "reestimate_classifier",
 ]
 
-#: The fast classifier stops, unconverged, after this many Gaussian approximations
-#: in a row without a new highest evidence: the model is cycling (`fast_classifier`).
+#: A path of the fast classifier stops, unconverged, after this many Gaussian
+#: approximations that neither raise its highest evidence nor move the α less than
+#: the one before: the model is cycling (`fast_path`).
 STALL_PATIENCE = 20
 
 #: Where `fast_classifier` can start its paths, and where it does by default.
@@ -126,9 +127,9 @@ START_REESTIMATIONS = 10
 LOOSE_TOL = 1.0
 TOL_FRACTION = 0.1
 
-#: A path whose model stays and whose steps in log α shrink by a factor of at
-#: least this per approximation is extrapolated (`extrapolated`), by at most
-#: ACCELERATE_MAX in each log α.
+#: A path whose model stays and whose last step in log α is a multiple ρ of the
+#: one before with |ρ| at least this (slow convergence, or an oscillation) is
+#: extrapolated (`extrapolated`), by at most ACCELERATE_MAX in each log α.
 ACCELERATE_RATE = 0.5
 ACCELERATE_MAX = 3.0
 
@@ -447,10 +448,13 @@ def fast_path(
     re-estimations and deletions on it with the noise precision fixed at 1
     (B is inside Φ̃), warm-started from the current model, and then finds the
     new mode (rvc-irls). SparseBayes re-finds the mode after every single
-    action; running the sequential algorithm to convergence on each
-    approximation reaches the same fixed point — a mode whose α maximise the
-    evidence of the approximation made there — with fewer Newton solves.
-    Converged when the model and every log α_i changed by less than `tol`.
+    action; running the sequential algorithm on each approximation, to a
+    tolerance loose while the model changes (`LOOSE_TOL`, `TOL_FRACTION`),
+    reaches the same kind of fixed point — a mode whose α maximise the evidence
+    of the approximation made there — with fewer Newton solves. Where the α
+    converge slowly or oscillate, the next approximation is made at their
+    extrapolated limit (`extrapolated`). Converged when an approximation run at
+    ``tol`` changed neither the model nor any log α_i by ``tol`` or more.
 
     The loop need not reach a fixed point: a basis function worth adding under
     one approximation can be worth deleting under the next, and the model then
