@@ -346,8 +346,10 @@ def fast_classifier(
                 Phi, t, likelihood, alpha, w, tol=tol
             )
             n_iter += n_reestimations
-            if alpha is None:
-                continue
+            if alpha is None:  # every basis function pruned: no path from here,
+                if fits or start != starts[-1]:  # unless no other path is left
+                    continue
+                start = "empty"
         fit = fast_path(
             Phi,
             t,
