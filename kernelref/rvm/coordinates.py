@@ -68,29 +68,35 @@ def add_coordinate(Phi, U, Psi, j):
     """Extend U by the part of column j orthogonal to it: Gram–Schmidt, applied
     twice so that U stays orthonormal to rounding; Ψ gains the row uᵀΦ
     (`new_coordinate_row`)."""
+    m, N = U.shape[1], U.shape[0]
     r = Phi[:, j] - U @ Psi[:, j]
     h = U.T @ r
     r -= U @ h
-    norm = np.linalg.norm(r)
+    norm = np.sqrt(r @ r)  # np.linalg.norm's arithmetic, without its checks
     u = r / norm
-    row = new_coordinate_row(Phi, u, j, Psi[:, j] + h, norm, Psi)
-    return np.column_stack([U, u]), np.vstack([Psi, row])
+    U_new = np.empty((N, m + 1))
+    U_new[:, :m] = U
+    U_new[:, m] = u
+    Psi_new = np.empty((m + 1, Psi.shape[1]))
+    Psi_new[:m] = Psi
+    Psi_new[m] = new_coordinate_row(Phi, u, j, h, norm, Psi)
+    return U_new, Psi_new
 
 
-def new_coordinate_row(Phi, u, j, c, norm, Psi):
+def new_coordinate_row(Phi, u, j, h, norm, Psi):
     """uᵀΦ: the new direction's coordinate of every column, one product with Φ.
 
     A design that keeps rows of ΦᵀΦ (``Phi.gram_row(j)``: the Dask backend's
     streamed design forms several in one pass over the kernel) answers without
-    touching Φ: u = (φ_j − Uc)/‖r‖ with c the coefficients Gram–Schmidt
-    removed, so uᵀΦ = (φ_jᵀΦ − cᵀΨ)/‖r‖.
+    touching Φ: u = (φ_j − Uc)/‖r‖ with c = ψ_j + h the coefficients Gram–Schmidt
+    removed (h those of its second pass), so uᵀΦ = (φ_jᵀΦ − cᵀΨ)/‖r‖.
     """
     gram_row = getattr(Phi, "gram_row", None)
     # The difference φ_jᵀΦ − cᵀΨ cancels as ‖r‖ → 0, its rounding divided by ‖r‖:
     # below GRAM_ROW_RESIDUAL_MIN the product with Φ is taken instead.
     if gram_row is None or norm**2 < GRAM_ROW_RESIDUAL_MIN:
         return u @ Phi
-    return (gram_row(j) - c @ Psi) / norm
+    return (gram_row(j) - (Psi[:, j] + h) @ Psi) / norm
 
 
 def drop_coordinate(U, Psi, R_rest):

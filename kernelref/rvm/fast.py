@@ -436,15 +436,7 @@ class FastLoop:
             # the best action a re-estimation (else no rule below holds)
             and np.isfinite(model.alpha[j])
             and np.isfinite(new_alpha[j])
-            and (
-                _near(model, new_alpha, gain)
-                # With β held (the RVC, a held phase) only near the maximum: an
-                # early polish there sent the RVC elsewhere (measured, 25 nats lower).
-                or (
-                    self.update_beta
-                    and _polish_pays(model, new_alpha, gain, state.actions)
-                )
-            )
+            and self._polish_due(model, new_alpha, gain, state.actions)
         ):
             polished = polish_model(
                 model, len(self.t), self.update_beta, self.beta_max, self.tol
@@ -509,6 +501,16 @@ class FastLoop:
             converged = converged or released
         return FastState(
             model, n_iter, since_beta, converged, state.evidence, state.actions
+        )
+
+    def _polish_due(self, model, new_alpha, gain, actions):
+        """Whether to polish now: `_near` the maximum or, with β learnt, when it
+        `_polish_pays`; both from the best addition or deletion's gain. With β held
+        (the RVC, a held phase) only near the maximum: an early polish there sent
+        the RVC elsewhere (measured, 25 nats lower)."""
+        best_move = _best_move(model, new_alpha, gain)
+        return _near(model, new_alpha, best_move) or (
+            self.update_beta and _polish_pays(model, gain, best_move, actions)
         )
 
     def _prune(self, model, new_alpha, gain, j):
@@ -684,7 +686,9 @@ def refresh(model, Phi, usable, t, PhiT_t, alignment_max, measure=False):
         align = np.max(np.abs(Psi.T @ Psi[:, active]), axis=1)
     tau = U.T @ t
     perp = max(t @ t - tau @ tau, 0.0)  # ‖(I − UUᵀ)t‖²
-    residual = span_residual(Psi, usable.astype(float))
+    residual = model.residual  # span_residual of Ψ, kept by every action …
+    if residual is None or Psi is not model.Psi:  # … until U changes
+        residual = span_residual(Psi, usable.astype(float))
     S, Q, G, log_det_H, tau_H_tau = fresh_statistics(
         Psi, active, alpha[active], beta, residual, PhiT_t, tau
     )
@@ -895,29 +899,31 @@ def noise_update(model, N, beta_max):
     return min((N - gamma.sum()) / (model.perp + misfit @ misfit), beta_max)
 
 
-def _near(model, new_alpha, gain):
-    """Whether the model is near enough its maximum for `polish_model`: no
-    addition or deletion pays, and every α_i is within a factor e^`POLISH_NEAR` of
-    its own optimum. Far from it Newton's path is long and, like any long path of
-    discrete choices (deletions, backtracking), sensitive to rounding; coordinate
-    steps bring the model near first."""
+def _best_move(model, new_alpha, gain):
+    """The largest gain ΔL of an addition or a deletion (rvm-fast-gains), or 0."""
     moves = np.isfinite(new_alpha) != np.isfinite(model.alpha)
-    if np.any(gain[moves] > 0):
+    return gain[moves].max(initial=0.0)
+
+
+def _near(model, new_alpha, best_move):
+    """Whether the model is near enough its maximum for `polish_model`: no
+    addition or deletion pays (``best_move``, `_best_move`), and every α_i is
+    within a factor e^`POLISH_NEAR` of its own optimum. Far from it Newton's path
+    is long and, like any long path of discrete choices (deletions, backtracking),
+    sensitive to rounding; coordinate steps bring the model near first."""
+    if best_move > 0:
         return False
     a = model.active
     return bool(np.all(np.abs(np.log(new_alpha[a] / model.alpha[a])) < POLISH_NEAR))
 
 
-def _polish_pays(model, new_alpha, gain, actions):
+def _polish_pays(model, gain, best_move, actions):
     """Whether a joint polish (`polish_model`) is worth more than the next single
     steps, from the exact gains ΔL of every action (rvm-fast-gains): the best
     action is a re-estimation, the re-estimations together would gain at least
-    `POLISH_RATIO` times the best addition or deletion, and no polish ran in the
-    last `POLISH_EVERY` iterations."""
-    a = model.active
-    moves = np.isfinite(new_alpha) != np.isfinite(model.alpha)
-    best_move = gain[moves].max(initial=0.0)
-    re_gain = gain[a]
+    `POLISH_RATIO` times the best addition or deletion (``best_move``,
+    `_best_move`), and no polish ran in the last `POLISH_EVERY` iterations."""
+    re_gain = gain[model.active]
     if re_gain.max(initial=0.0) <= best_move:
         return False
     if re_gain[re_gain > 0].sum() < POLISH_RATIO * best_move:

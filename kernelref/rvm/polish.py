@@ -92,7 +92,13 @@ def _derivatives(Sigma, mu, e, alpha, beta, N, learn_beta):
     d = np.diag(Sigma)
     g = 0.5 * (1.0 - alpha * (mu**2 + d))
     a_mu = alpha * mu
-    H = np.outer(a_mu, a_mu) * Sigma + 0.5 * np.outer(alpha, alpha) * Sigma**2
+    # H = (Aμ)(Aμ)ᵀ∘Σ + ½ααᵀ∘Σ∘Σ, in place (the same products, fewer m×m arrays)
+    H = np.outer(a_mu, a_mu)
+    H *= Sigma
+    half = np.outer(alpha, alpha)
+    half *= 0.5
+    half *= np.square(Sigma)
+    H += half
     H.flat[:: m + 1] -= 0.5 * alpha * (mu**2 + d)
     if not learn_beta:
         return g, H
