@@ -203,8 +203,9 @@ def test_beta_schedules_each_reach_a_maximum_and_both_keeps_the_higher():
 def test_fast_classifier_reaches_a_fixed_point_on_a_curved_boundary():
     # A wide kernel on a curved boundary. Built up from the empty model, one basis
     # function was worth adding under one Gaussian approximation and worth deleting
-    # under the next, for ever; from the RVC's present starts (re-estimation's dense
-    # model, `kernelref.rvm.classification.STARTS`) the path reaches a fixed point.
+    # under the next, for ever. With the RVC's present starts and tolerances (the
+    # empty model and re-estimation's dense one, `classification.STARTS`) the kept
+    # path reaches a fixed point.
     # (Stopping a cycle after STALL_PATIENCE approximations is tested on a forced
     # cycle in test_rvm_classification.py.)
     from kernelref.rvm import RVC
