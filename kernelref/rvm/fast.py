@@ -214,8 +214,9 @@ def sparsity_quality(S, Q, alpha, inside=None):
     if inside is None:
         inside = np.flatnonzero(np.isfinite(alpha))
     s, q = S.copy(), Q.copy()
-    factor = alpha[inside] / (alpha[inside] - S[inside])
-    s[inside] = factor * S[inside]
+    S_in, alpha_in = S[inside], alpha[inside]
+    factor = alpha_in / (alpha_in - S_in)
+    s[inside] = factor * S_in
     q[inside] = factor * Q[inside]
     return s, q
 
