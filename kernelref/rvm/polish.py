@@ -185,23 +185,13 @@ def newton_polish(
                 irrelevant[np.argmax(ell)] = False
             for drop in (irrelevant, np.arange(len(keep)) == np.argmin(ell)):
                 rest = np.flatnonzero(~drop)
+                K_rest = K[np.ix_(rest, rest)]
                 trial = _posterior(
-                    K[np.ix_(rest, rest)],
-                    Rt_tau[rest],
-                    tau_tau,
-                    perp,
-                    alpha[rest],
-                    beta,
-                    N,
+                    K_rest, Rt_tau[rest], tau_tau, perp, alpha[rest], beta, N
                 )
                 if trial[3] >= L:
                     break
-            keep, alpha, K, Rt_tau = (
-                keep[rest],
-                alpha[rest],
-                K[np.ix_(rest, rest)],
-                Rt_tau[rest],
-            )
+            keep, alpha, K, Rt_tau = keep[rest], alpha[rest], K_rest, Rt_tau[rest]
             factor, mu, e, L = trial
             Sigma = _covariance(factor)
             continue
