@@ -307,7 +307,7 @@ def test_fast_classifier_keeps_the_best_of_its_paths(seed):
 
 
 def test_a_start_pruned_to_nothing_is_skipped(monkeypatch):
-    import kernelref.rvm.classification as classification
+    import kernelref.rvm.rvc_fast as rvc_fast
 
     def pruned(*args, **kwargs):
         raise RuntimeError("every basis function was pruned")
@@ -316,13 +316,13 @@ def test_a_start_pruned_to_nothing_is_skipped(monkeypatch):
     t = y.astype(float)
     Phi = design_matrix(RBF(RIPLEY_GAMMA), X, X, bias=True)
     empty = fast_classifier(Phi, t, starts=("empty",))
-    monkeypatch.setattr(classification, "reestimate_classifier", pruned)
+    monkeypatch.setattr(rvc_fast, "reestimate_classifier", pruned)
     # The default keeps the empty path's fit; 'reestimated' alone falls back to it.
     for starts in (("empty", "reestimated"), ("reestimated",)):
         fit = fast_classifier(Phi, t, starts=starts)
         np.testing.assert_array_equal(fit.keep, empty.keep)
         assert fit.log_evidence == empty.log_evidence
-        assert fit.n_iter == empty.n_iter + classification.START_REESTIMATIONS
+        assert fit.n_iter == empty.n_iter + rvc_fast.START_REESTIMATIONS
 
 
 def test_a_cycling_path_stops_after_the_patience_and_keeps_its_best_fit():

@@ -1,6 +1,6 @@
 """``RVC`` on a Dask cluster: binary and one-vs-rest, the reference's classifier.
 
-The reference's fast classifier (``kernelref.rvm.classification.fast_classifier``)
+The reference's fast classifier (``kernelref.rvm.rvc_fast.fast_classifier``)
 alternates two steps: the Gaussian approximation of the likelihood at the
 current mode, Φ̃ = B^½Φ and t̃ (label ``rvc-linearised-target``), on which the
 sequential algorithm runs with β = 1; and the mode itself, by Newton's method
@@ -35,7 +35,7 @@ __all__ = ["RVC", "streamed_approximation"]
 def streamed_approximation(Phi, a, t, likelihood=BERNOULLI):
     """The Gaussian approximation at the latent values a as a reweighted
     ``StreamedDesign`` on unit columns, its norms, and t̃ (labels
-    ``rvc-linearised-target``; ``classification.dense_approximation`` in memory)."""
+    ``rvc-linearised-target``; ``rvc_fast.dense_approximation`` in memory)."""
     B_sqrt, t_tilde = likelihood.row_weights(a, t)
     unit = Phi.reweighted(B_sqrt)
     return unit, unit.scales, t_tilde

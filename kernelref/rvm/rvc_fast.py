@@ -1,0 +1,367 @@
+"""The relevance vector classifier's fast path: Tipping & Faul's sequential
+algorithm on the Gaussian approximation at each mode (``kernelref.rvm.rvc_laplace``),
+from two starts — the empty model and re-estimation's dense one — the higher Laplace
+evidence kept (`fast_classifier`). The rvm_classification chapter derives and
+measures it.
+"""
+
+from collections import namedtuple
+
+import numpy as np
+
+from kernelref.rvm.fast import (
+    ALIGNMENT_MAX,
+    SPAN_RESIDUAL_MIN,
+    FastLoop,
+    on_user_scale,
+    run_to_end,
+    unit_columns,
+)
+from kernelref.rvm.reestimate import initial_alpha
+from kernelref.rvm.rvc_laplace import (
+    BERNOULLI,
+    ClassifierFit,
+    Laplace,
+    laplace_posterior,
+    log_posterior,
+    reestimate_classifier,
+)
+
+__all__ = [
+    "ACCELERATE_MAX",
+    "ACCELERATE_RATE",
+    "AcceleratedLaplace",
+    "DENSE_START_SIZE",
+    "LOOSE_TOL",
+    "STALL_PATIENCE",
+    "START_NAMES",
+    "START_REESTIMATIONS",
+    "STARTS",
+    "TIE",
+    "TOL_FRACTION",
+    "dense_approximation",
+    "dense_start",
+    "extrapolated",
+    "fast_classifier",
+    "fast_path",
+    "reestimated_start",
+]
+
+
+#: A path of the fast classifier stops, unconverged, after this many Gaussian
+#: approximations that neither raise its highest evidence nor move the α less than
+#: the one before: the model is cycling (`fast_path`).
+STALL_PATIENCE = 20
+
+#: Where `fast_classifier` can start its paths, and where it does by default.
+START_NAMES = ("empty", "dense", "reestimated")
+STARTS = ("empty", "reestimated")
+
+#: The dense start keeps at most this many basis functions (`dense_start`).
+DENSE_START_SIZE = 50
+#: Distances within this relative margin of the largest count as tied.
+TIE = 1e-6
+
+#: Re-estimations from the dense start before the 'reestimated' path's
+#: sequential algorithm (`reestimated_start`).
+START_REESTIMATIONS = 10
+
+#: The sequential algorithm's tolerance on log α on the first approximations of
+#: a path, while its model changes: the next approximation moves the α anyway.
+#: Once the model stays, `TOL_FRACTION` of the largest change of log α between
+#: the last two approximations (at most `TOL_FRACTION` times the last
+#: tolerance), down to ``tol`` and never up again.
+LOOSE_TOL = 1.0
+TOL_FRACTION = 0.1
+
+#: A path whose model stays and whose last step in log α is a multiple ρ of the
+#: one before with |ρ| at least this (slow convergence, or an oscillation) is
+#: extrapolated (`extrapolated`), by at most ACCELERATE_MAX in each log α.
+ACCELERATE_RATE = 0.5
+ACCELERATE_MAX = 3.0
+
+
+def dense_approximation(Phi, a, t, likelihood):
+    """Φ̃ = B^½Φ at the latent values a on columns of unit norm, their norms, and
+    t̃ (label ``rvc-linearised-target``): the problem `fast_classifier` runs the
+    sequential algorithm on."""
+    Phi_tilde, t_tilde = likelihood.whiten(Phi, a, t)
+    Phi_unit, scales = unit_columns(Phi_tilde)
+    return Phi_unit, scales, t_tilde
+
+
+def fast_classifier(
+    Phi,
+    t,
+    likelihood=BERNOULLI,
+    *,
+    max_iter=1000,
+    tol=1e-3,
+    alignment_max=ALIGNMENT_MAX,
+    approximation=None,
+    drive=run_to_end,
+    starts=STARTS,
+):
+    """Tipping & Faul's fast algorithm on the Gaussian approximation (their §4),
+    from each of ``starts`` (`fast_path`), the highest Laplace evidence kept.
+
+    The Laplace evidence has many local maxima, and the α loops reach different
+    ones from different starts. 'empty' builds the model up from the basis
+    function most aligned with the target, as the sequential algorithm does on
+    regression; 'dense' starts, as re-estimation does, from many basis functions
+    with small α (`dense_start`); 'reestimated' from there after
+    `START_REESTIMATIONS` iterations of re-estimation (`reestimated_start`),
+    whose pruning while the mode moves is what finds re-estimation's better
+    maxima. The default runs 'empty' and 'reestimated' (the book's RVC chapter
+    and ``benchmarks/bench_rvc.py`` measure the choice). ``n_iter`` and
+    ``n_loop_iter`` count the α iterations and the sequential algorithm's
+    iterations of every path.
+
+    Φ is used only through its columns, ``approximation`` (`dense_approximation`
+    by default) and ``drive`` (`kernelref.rvm.fast.run_to_end`, given each
+    approximation's `FastLoop` and a name): the Dask backend passes a streamed
+    design and its own two.
+    """
+    unknown = set(starts) - set(START_NAMES)
+    if not starts or unknown:
+        raise ValueError(
+            f"starts must be a nonempty sequence of {START_NAMES}; got {starts!r}."
+        )
+    dense = None if set(starts) == {"empty"} else dense_start(Phi, t, likelihood)
+    fits, n_iter = [], 0
+    for start in starts:
+        alpha, w = (None, None) if start == "empty" else dense
+        if start == "reestimated":
+            alpha, w, n_reestimations = reestimated_start(
+                Phi, t, likelihood, alpha, w, tol=tol
+            )
+            n_iter += n_reestimations
+            if alpha is None:  # every basis function pruned: no path from here,
+                if fits or start != starts[-1]:  # unless no other path is left
+                    continue
+                start = "empty"
+        fit = fast_path(
+            Phi,
+            t,
+            likelihood,
+            alpha,
+            w,
+            max_iter=max_iter,
+            tol=tol,
+            alignment_max=alignment_max,
+            approximation=approximation,
+            drive=drive,
+            name=f"{start}-",
+        )
+        n_iter += fit.n_iter
+        fits.append(fit)
+    best = max(fits, key=lambda fit: fit.log_evidence)
+    return best._replace(
+        n_iter=n_iter, n_loop_iter=sum(fit.n_loop_iter for fit in fits)
+    )
+
+
+def dense_start(Phi, t, likelihood):
+    """α and the mode of re-estimation's start (α_i = 1/N², `initial_alpha`) on
+    at most `DENSE_START_SIZE` basis functions, chosen among evenly spaced
+    columns of Φ as a pivoted QR would: next the unit column farthest from the
+    span of those chosen, while that squared distance is above
+    `SPAN_RESIDUAL_MIN` (the sequential algorithm's test for a new direction).
+
+    Of distances within a factor 1 − `TIE` of the largest the first column is
+    taken: a pivoted QR takes the largest, and where several are nearly equal
+    (many, on a dense sample) designs whose entries round differently (the Dask
+    backend's) chose differently."""
+    P = Phi.shape[1]
+    candidates = np.unique(
+        np.linspace(0, P - 1, min(P, 4 * DENSE_START_SIZE)).astype(int)
+    )
+    R, _ = unit_columns(Phi[:, candidates])  # the parts outside the chosen span
+    keep = []
+    for _ in range(min(DENSE_START_SIZE, len(candidates))):
+        distance = np.einsum("nj,nj->j", R, R)
+        if distance.max() <= SPAN_RESIDUAL_MIN:
+            break
+        j = int(np.argmax(distance >= (1 - TIE) * distance.max()))
+        keep.append(candidates[j])
+        q = R[:, j] / np.sqrt(distance[j])
+        R = R - np.outer(q, q @ R)  # modified Gram–Schmidt
+    keep = np.sort(keep)
+    alpha = np.full(P, np.inf)
+    alpha[keep] = initial_alpha(len(t))
+    mode = laplace_posterior(Phi[:, keep], t, alpha[keep], None, likelihood)
+    w = np.zeros(P)
+    w[keep] = mode.mu
+    return alpha, w
+
+
+def reestimated_start(Phi, t, likelihood, alpha, w, *, tol=1e-3):
+    """`START_REESTIMATIONS` iterations of `reestimate_classifier` on the basis
+    functions in the model of ``alpha`` (from its mode ``w``): α (``np.inf``
+    outside the model), the last mode, and the iterations run; α = None if
+    re-estimation pruned every basis function."""
+    keep = np.flatnonzero(np.isfinite(alpha))
+    try:
+        fit = reestimate_classifier(
+            Phi[:, keep],
+            t,
+            alpha[keep],
+            likelihood,
+            max_iter=START_REESTIMATIONS,
+            tol=tol,
+            w0=w[keep],
+        )
+    except RuntimeError:  # every basis function pruned: no start
+        return None, None, START_REESTIMATIONS
+    alpha, w = np.full(len(alpha), np.inf), np.zeros(len(alpha))
+    alpha[keep[fit.keep]], w[keep[fit.keep]] = fit.alpha, fit.mu
+    return alpha, w, fit.n_iter
+
+
+def fast_path(
+    Phi,
+    t,
+    likelihood,
+    alpha=None,
+    w=None,
+    *,
+    max_iter=1000,
+    tol=1e-3,
+    alignment_max=ALIGNMENT_MAX,
+    approximation=None,
+    drive=run_to_end,
+    name="",
+):
+    """The fast algorithm from one start: α (``np.inf`` outside the model; None:
+    empty) and the weights w of the first approximation (None: w = 0).
+
+    Each iteration whitens the approximation at the current mode (label
+    ``rvc-linearised-target``), runs ``kernelref.rvm.fast``'s additions,
+    re-estimations and deletions on it with the noise precision fixed at 1
+    (B is inside Φ̃), warm-started from the current model, and then finds the
+    new mode (rvc-irls). SparseBayes re-finds the mode after every single
+    action; running the sequential algorithm on each approximation, to a
+    tolerance loose while the model changes (`LOOSE_TOL`, `TOL_FRACTION`),
+    reaches the same kind of fixed point — a mode whose α maximise the evidence
+    of the approximation made there — with fewer Newton solves. Where the α
+    converge slowly or oscillate, the next approximation is made at their
+    extrapolated limit (`extrapolated`). Converged when an approximation run at
+    ``tol`` changed neither the model nor any log α_i by ``tol`` or more.
+
+    The loop need not reach a fixed point: a basis function worth adding under
+    one approximation can be worth deleting under the next, and the model then
+    cycles. When `STALL_PATIENCE` approximations have neither raised the highest
+    Laplace evidence seen nor moved the α less than the one before (a model
+    settling onto its fixed point can lose evidence on the way), the loop stops,
+    unconverged, and returns the fit with that evidence.
+    """
+    approximation = dense_approximation if approximation is None else approximation
+    P = Phi.shape[1]
+    w = np.zeros(P) if w is None else w
+    active = (
+        np.zeros(0, dtype=int) if alpha is None else np.flatnonzero(np.isfinite(alpha))
+    )
+    evidence = []
+    best, since_best, n_loop_iter = None, 0, 0
+    loop_tol, last_change, last_step = max(tol, LOOSE_TOL), np.inf, None
+    for n_iter in range(1, max_iter + 1):
+        a = Phi[:, active] @ w[active]
+        Phi_unit, scales, t_tilde = approximation(Phi, a, t, likelihood)
+        unit_alpha = None
+        if alpha is not None:  # a unit column φ/c carries the weight c·w: α/c²
+            unit_alpha = alpha / np.where(scales > 0, scales, 1.0) ** 2
+        loop = FastLoop(
+            Phi_unit,
+            scales > 0,
+            t_tilde,
+            beta=1.0,
+            update_beta=False,
+            alpha=unit_alpha,
+            tol=loop_tol,
+            alignment_max=alignment_max,
+        )
+        step = on_user_scale(drive(loop, f"{name}approximation-{n_iter}"), scales)
+        n_loop_iter += step.n_iter
+        active = step.active
+        # Newton starts from the approximation's weights μ (one IRLS step ahead
+        # of the last mode) or, where they fit worse, the last mode: μ of an
+        # approximation far from the new mode can be wild (huge weights at α
+        # found to a loose tolerance).
+        Phi_active = Phi[:, active]
+        starts = (step.mu, w[active])
+        w0 = max(
+            starts,
+            key=lambda v: log_posterior(Phi_active, t, step.alpha, v, likelihood),
+        )
+        mode = laplace_posterior(Phi_active, t, step.alpha, w0, likelihood)
+        evidence.append(mode.log_evidence)
+        new_alpha = np.full(P, np.inf)
+        new_alpha[step.active] = step.alpha
+        w = np.zeros(P)
+        w[step.active] = mode.mu
+        change, step_log = np.inf, None
+        if alpha is not None and np.array_equal(
+            np.isfinite(alpha), np.isfinite(new_alpha)
+        ):
+            step_log = np.log(new_alpha[active] / alpha[active])
+            change = np.max(np.abs(step_log))
+        settled = loop_tol <= tol and change < tol
+        if not settled and step_log is not None and last_step is not None:
+            accelerated = extrapolated(
+                Phi_active, t, likelihood, step.alpha, mode, step_log, last_step
+            )
+            if accelerated is not None:
+                mode, step = accelerated, step._replace(alpha=accelerated.alpha)
+                new_alpha[active], w[active] = step.alpha, mode.mu
+                evidence[-1], step_log = mode.log_evidence, None
+        last_step = step_log
+        # The next approximation's α need be found only to a fraction of how far
+        # the approximations still move them: never looser than before, and
+        # tighter by at most TOL_FRACTION (an approximation that changed nothing
+        # at a loose tolerance says little about how settled the α are).
+        loop_tol = max(tol, min(loop_tol, TOL_FRACTION * max(change, loop_tol)))
+        alpha = new_alpha
+        fit = ClassifierFit(
+            step.active,
+            step.alpha,
+            mode.mu,
+            mode.Sigma,
+            mode.log_evidence,
+            None,
+            n_iter,
+            settled,
+            n_loop_iter,
+        )
+        if settled:
+            return fit._replace(evidence=np.array(evidence))
+        if best is None or fit.log_evidence > best.log_evidence:
+            best, since_best = fit, 0
+        elif not change < last_change:  # not a model settling: a cycle
+            since_best += 1
+            if since_best >= STALL_PATIENCE:
+                break
+        last_change = change
+    return best._replace(
+        evidence=np.array(evidence), n_iter=n_iter, n_loop_iter=n_loop_iter
+    )
+
+
+def extrapolated(Phi, t, likelihood, alpha, mode, step, last_step):
+    """Aitken's extrapolation of the α of a path whose model stays: where the
+    last step in log α, ``step``, is a multiple ρ of the one before,
+    ``last_step`` (|ρ| at least `ACCELERATE_RATE`: slow linear convergence, or
+    for ρ < 0 an oscillation about the fixed point), the geometric series of the
+    steps to come sums to step·ρ/(1 − ρ). Returns the Laplace approximation
+    there (a `Laplace` with its ``alpha``), or None."""
+    size = last_step @ last_step
+    rho = (step @ last_step) / size if size > 0 else 0.0
+    if not (ACCELERATE_RATE <= abs(rho) and -2 < rho < 1):
+        return None
+    jump = np.clip(step * rho / (1 - rho), -ACCELERATE_MAX, ACCELERATE_MAX)
+    alpha = alpha * np.exp(jump)
+    ahead = laplace_posterior(Phi, t, alpha, mode.mu, likelihood)
+    return AcceleratedLaplace(*ahead, alpha)
+
+
+#: A `Laplace` approximation at extrapolated α (`extrapolated`).
+AcceleratedLaplace = namedtuple("AcceleratedLaplace", Laplace._fields + ("alpha",))
