@@ -36,7 +36,7 @@ wall times of all three methods are noisy, the peers' too):
 - After: met on 36 of 48 rows; time on 43 (median ratio 0.22), evidence on 40;
   worst -6.8 nats (the same moons row: 7 vectors, error 0.082). A second run with
   the final code (and fast.py's later overhead cuts): the same counts, median 0.20.
-- What changed (``kernelref.rvm.classification``): two paths, the higher Laplace
+- What changed (``kernelref.rvm.rvc_fast``): two paths, the higher Laplace
   evidence kept: the empty start, and re-estimation's start on at most 50
   independent basis functions after ten re-estimations (the evidence has many
   local maxima; measured on these rows, the first alone meets the evidence target
