@@ -76,6 +76,26 @@ median ratio 0.37; 11 812 iterations, 947 fresh factorisations):
   'auto' schedule's release costs 3.7 nats on friedman20 at N=1000 (0.55 s
   against 3.2 s held to HOLD_TOL) and 21 at N=2000 (-4354.99 against -4333.75).
 
+Fourth pass, 2026-11-24 (shared machine, load 1-2; CPU time, min of 10-20 fits
+per row, the code before and after run alternately; peers' CPU time, min of 3,
+from the same session): the per-iteration overhead of the fast loop, same
+arithmetic (same actions, iterations and evidence, bitwise, on all 41 rows and
+sinc N=2000). Fast-path CPU over the 41 rows 1.355 s -> 1.266 s (-7%; 9% per row
+at the median, 4-15%); rows at <= 0.5x the faster peer 30 -> 31. The rows that
+missed: F1 c=1 raw s0 0.89 -> 0.83, raw s1 0.77 -> 0.67, scaled s1 1.47 -> 1.35;
+F1 c=0.25 scaled s0 0.55 -> 0.49; F3 c=1 scaled s1 0.59 -> 0.54; F3 c=4 raw s0
+0.97 -> 0.88, scaled s0 0.97 -> 0.88. What the time is (F3 c=4 raw s0, 220
+iterations, 24 ms): fresh factorisations 7 ms (28 refreshes and prune trials at
+m ~ 70, 130-190 us each, two thirds of it LAPACK: dtrtrs of L^-1 Psi, dpotri,
+dpotrf), Newton polishes 4.3 ms (O(m^3) per step; where the Hessian is indefinite
+eigh alone takes 0.2-0.8 ms: on F1 c=1 scaled s1 the polish is half the fit),
+choose_action 24 us, an addition 52 us, a re-estimation 13 us. At P = 240 and
+m = 70 each numpy call costs 0.2-1 us and each O(Pm) pass (a gemv on Psi, the
+span residuals' einsum, the copies of U and Psi) 2-5 us: an addition's floor is
+some 30 us of arithmetic and memory traffic, choose_action's some 40 calls. So
+removing overhead cannot halve these rows; that would take fewer
+factorisations, a cheaper polish or fewer iterations, which change the path.
+
 sklearn-rvm (``pip install sklearn-rvm``) is a benchmark-only peer; where it does
 not import, the benchmark says so and compares with re-estimation alone. Its EM
 reports no evidence, so only its time and vector count are shown.
