@@ -180,7 +180,8 @@ def print_row(name, r):
     peer = np.nanmin([r["t_slow"], r["t_em"]])
     print(
         f"  {name:24s} {r['t_fast']:7.3f} {r['t_slow']:7.3f} {r['t_em']:7.3f} "
-        f"{r['t_fast'] / peer:6.2f} {r['L_fast']:10.2f} {r['L_fast'] - r['L_slow']:+8.2f} "
+        f"{r['t_fast'] / peer:6.2f} {r['L_fast']:10.2f} "
+        f"{r['L_fast'] - r['L_slow']:+8.2f} "
         f"{r['m_fast']:4d} {r['m_slow']:4d} {r['m_em']:4d} {r['it_fast']:6d} "
         f"{r['fresh']:5d} {r['it_slow']:6d}",
         flush=True,
@@ -218,7 +219,8 @@ def main(argv=None):
         )
     print(
         f"  {'problem':24s} {'fast/s':>7s} {'re/s':>7s} {'EM/s':>7s} {'ratio':>6s} "
-        f"{'L fast':>10s} {'L-L_re':>8s} {'RVs':>4s} {'re':>4s} {'EM':>4s} {'iters':>6s} "
+        f"{'L fast':>10s} {'L-L_re':>8s} {'RVs':>4s} {'re':>4s} {'EM':>4s} "
+        f"{'iters':>6s} "
         f"{'fact':>5s} {'re it':>6s}"
     )
     ratios, gaps = [], []

@@ -305,7 +305,8 @@ class FitStore:
                 shutil.rmtree(old, ignore_errors=True)
 
     def load_state(self, name="state"):
-        """(state, iteration) of the last checkpoint `name`, or None if there is none."""
+        """(state, iteration) of the last checkpoint `name`, or None if there is
+        none."""
         import zarr
 
         pointer = self.path / f"{name}.{CHECKPOINT_FILE}"

@@ -253,8 +253,8 @@ class RVC(ClassifierMixin, BaseEstimator):
                 f"max_iter={self.max_iter}; the fit with the highest evidence is kept"
             )
             warnings.warn(
-                f"RVC(method={self.method!r}) stopped before converging, {reason}. Raise "
-                "max_iter or tol, or try method='reestimate'.",
+                f"RVC(method={self.method!r}) stopped before converging, {reason}. "
+                "Raise max_iter or tol, or try method='reestimate'.",
                 ConvergenceWarning,
                 stacklevel=2,
             )
@@ -357,7 +357,8 @@ class RVC(ClassifierMixin, BaseEstimator):
 
     def decision_function(self, X):
         """The mean activation φ(x)ᵀw* (label ``rvc-predictive``); with more than two
-        classes one column per class (softmax activations, or the binary ones of 'ovr')."""
+        classes one column per class (softmax activations, or the binary ones of
+        'ovr')."""
         if self._multiclass() and self.multi_class == "ovr":
             return np.column_stack([e.decision_function(X) for e in self.estimators_])
         return self._basis(X) @ self.mu_
@@ -384,7 +385,8 @@ class RVC(ClassifierMixin, BaseEstimator):
     def predict_log_proba(self, X):
         """log of ``predict_proba``. Binary: log σ(±κμ_a) directly
         (``probit_log_probability``), finite where a probability rounds to 0 or 1;
-        otherwise the log of the probabilities, clipped at the smallest positive float."""
+        otherwise the log of the probabilities, clipped at the smallest positive
+        float."""
         if not self._multiclass():
             phi = self._basis(X)
             variance = np.einsum("nm,mk,nk->n", phi, self.Sigma_, phi)

@@ -61,8 +61,9 @@ def check_evidence_settings(estimator):
         or not 0 < alignment_max <= 1
     ):
         raise ValueError(
-            f"alignment_max must be a cosine in (0, 1]; got {estimator.alignment_max!r}. "
-            "Use 1 - 1e-3 (SparseBayes's default) or 1.0 to turn the test off."
+            "alignment_max must be a cosine in (0, 1]; got "
+            f"{estimator.alignment_max!r}. Use 1 - 1e-3 (SparseBayes's default) or "
+            "1.0 to turn the test off."
         )
 
 
@@ -99,9 +100,10 @@ def check_kernel_columns(scales):
     `column_scales`); return the norms."""
     if not np.any(scales > 0):
         raise ValueError(
-            "the kernel is zero on all pairs of training points, so the design matrix Φ "
-            "has no nonzero kernel column and no basis function can explain the targets; "
-            "choose another kernel or kernel parameter (e.g. a smaller gamma for 'rbf')."
+            "the kernel is zero on all pairs of training points, so the design "
+            "matrix Φ has no nonzero kernel column and no basis function can explain "
+            "the targets; choose another kernel or kernel parameter (e.g. a smaller "
+            "gamma for 'rbf')."
         )
     return scales
 

@@ -169,11 +169,13 @@ RELEASE_TOL = 0.05
 RELEASE_EVERY = 10
 
 #: ``active`` indexes the columns of Φ in the model; ``alpha``, ``mu``, ``Sigma``
-#: belong to them, on the scale of the columns the function was given; ``evidence`` is the log evidence after each iteration;
-#: ``actions`` records ("add" | "reestimate" | "delete" | "none", column) per
-#: iteration, or ("polish" | "prune", the number of basis functions it deleted:
-#: `polish_model`, `FastLoop._prune`); ``n_fresh`` counts the fresh factorisations (rvm-SQ-stable) and
-#: ``drift`` is the largest drift of the rank-one updates measured against them.
+#: belong to them, on the scale of the columns the function was given;
+#: ``evidence`` is the log evidence after each iteration; ``actions`` records
+#: ("add" | "reestimate" | "delete" | "none", column) per iteration, or
+#: ("polish" | "prune", the number of basis functions it deleted: `polish_model`,
+#: `FastLoop._prune`); ``n_fresh`` counts the fresh factorisations
+#: (rvm-SQ-stable) and ``drift`` is the largest drift of the rank-one updates
+#: measured against them.
 FastResult = namedtuple(
     "FastResult",
     "active alpha beta mu Sigma gamma log_evidence evidence actions n_iter converged "

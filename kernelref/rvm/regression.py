@@ -152,8 +152,9 @@ class RVR(RegressorMixin, BaseEstimator):
             raise ValueError(f"update must be one of {UPDATES}; got {self.update!r}.")
         if self.update == "accelerated" and self.method == "fast":
             raise ValueError(
-                "update='accelerated' modifies the re-estimation of all α at once; use it "
-                "with method='reestimate' or 'em' (the fast method sets α_i = s_i²/(q_i² − s_i))."
+                "update='accelerated' modifies the re-estimation of all α at once; "
+                "use it with method='reestimate' or 'em' (the fast method sets "
+                "α_i = s_i²/(q_i² − s_i))."
             )
         check_evidence_settings(self)
         check_beta_schedule(self.beta_schedule)
@@ -166,7 +167,8 @@ class RVR(RegressorMixin, BaseEstimator):
             )
         if len(t) < 2:
             raise ValueError(
-                "y has 1 sample; RVR needs at least 2 samples to estimate the noise level."
+                "y has 1 sample; RVR needs at least 2 samples to estimate the noise "
+                "level."
             )
         if np.ptp(t) == 0:
             raise ValueError(
@@ -186,7 +188,8 @@ class RVR(RegressorMixin, BaseEstimator):
         else:
             Phi = design_matrix(self.kernel_, X, X, self.bias)
             scales = np.concatenate([np.ones(offset), column_scales(Phi[:, offset:])])
-            # α is bounded on the user's scale; columns that are zero carry no information.
+            # α is bounded on the user's scale; columns that are zero carry no
+            # information.
             alpha0 = np.where(scales > 0, initial_alpha(len(t)), np.inf)
             keep = np.flatnonzero(scales > 0)
             result = reestimate(

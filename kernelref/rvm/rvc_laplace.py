@@ -5,11 +5,12 @@ a = Φw, under the ARD prior w_i ~ N(0, α_i⁻¹) of the regression model
 (Tipping 2001, §4; PRML §7.2.3). The posterior over w is not Gaussian; the
 Laplace approximation puts a Gaussian at its mode w*:
 
-    Ψ(w) = log p(t | w) − ½wᵀAw                           (label ``rvc-log-posterior``)
+    Ψ(w) = log p(t | w) − ½wᵀAw                      (label ``rvc-log-posterior``)
     ∇Ψ = Φᵀ(t − y) − Aw,   −∇∇Ψ = ΦᵀBΦ + A,  B = diag(y_n(1 − y_n))
-    w_new = ΣΦᵀBt̂,  t̂ = Φw + B⁻¹(t − y)                   (label ``rvc-irls``)
-    Σ = (ΦᵀBΦ + A)⁻¹ at w*                                 (label ``rvc-sigma``)
-    log p(t | α) ≈ Ψ(w*) + ½Σ log α_i − ½ log|ΦᵀBΦ + A|    (label ``rvc-laplace-evidence``)
+    w_new = ΣΦᵀBt̂,  t̂ = Φw + B⁻¹(t − y)              (label ``rvc-irls``)
+    Σ = (ΦᵀBΦ + A)⁻¹ at w*                            (label ``rvc-sigma``)
+    log p(t | α) ≈ Ψ(w*) + ½Σ log α_i − ½ log|ΦᵀBΦ + A|
+                                                 (label ``rvc-laplace-evidence``)
 
 At the mode ∇Ψ = 0, that is w* = A⁻¹Φᵀ(t − y): a fixed-point condition, since y
 depends on w* (seed 000 writes it as an explicit formula; PRML errata, 7.112–7.119).

@@ -4,12 +4,12 @@
 K classes, one-hot targets t_nk, and one weight vector w_k per class:
 
     a_nk = φ_nᵀw_k,   y_nk = exp(a_nk) / Σ_j exp(a_nj),
-    log p(t | w) = Σ_n Σ_k t_nk log y_nk                  (label ``rvc-softmax-likelihood``)
+    log p(t | w) = Σ_n Σ_k t_nk log y_nk          (label ``rvc-softmax-likelihood``)
 
 with an ARD prior of its own on every weight, w_mk ~ N(0, α_mk⁻¹). The negative
 Hessian of the log posterior is the MK×MK matrix with blocks
 
-    H_kj = Σ_n y_nk(δ_kj − y_nj) φ_nφ_nᵀ + δ_kj A_k        (label ``rvc-softmax-hessian``).
+    H_kj = Σ_n y_nk(δ_kj − y_nj) φ_nφ_nᵀ + δ_kj A_k  (label ``rvc-softmax-hessian``).
 
 Stacking the weights as w = vec(W), W of shape (M, K) in row-major order (weight
 (m, k) at m·K + k), the activations are a = (Φ ⊗ I_K)w, so the softmax model is
@@ -58,7 +58,8 @@ class Softmax:
         self.K = K
 
     def log_likelihood(self, a, t):
-        """Σ t_nk log y_nk (label ``rvc-softmax-likelihood``), log y by ``logsumexp``."""
+        """Σ t_nk log y_nk (label ``rvc-softmax-likelihood``), log y by
+        ``logsumexp``."""
         A = a.reshape(-1, self.K)
         return float(
             np.sum(t.reshape(-1, self.K) * (A - logsumexp(A, axis=1, keepdims=True)))

@@ -414,7 +414,8 @@ def test_a_fit_whose_worker_pauses_fails_instead_of_hanging(
     assert_names_worker_limit_and_fix(str(error.value), cluster, address)
     assert elapsed > GRACE, "a pause is tolerated for the grace period"
     print(
-        f"\n{name}({params}).fit: WorkerPausedError after {elapsed:.1f} s (grace {GRACE} s)"
+        f"\n{name}({params}).fit: WorkerPausedError after {elapsed:.1f} s "
+        f"(grace {GRACE} s)"
     )
 
 

@@ -200,7 +200,8 @@ def test_reestimation_fixed_point_is_stationary_with_the_mode_held():
         )
 
     def refound(alpha):
-        """The same with the mode re-found for every α (warm-started, Newton to 1e-12)."""
+        """The same with the mode re-found for every α (warm-started, Newton to
+        1e-12)."""
         return laplace_posterior(P, t, alpha, w).log_evidence
 
     def gradient_in_log_alpha(f, h=1e-5):
@@ -425,7 +426,7 @@ def test_fitted_binary_model_is_the_laplace_approximation_at_its_mode():
     np.testing.assert_array_equal(model.predict(X_new), (mean > 0).astype(int))
 
 
-# -- multiclass -------------------------------------------------------------------------
+# -- multiclass ----------------------------------------------------------------
 
 
 def test_softmax_with_two_classes_is_the_binary_model_reparameterised():
@@ -532,7 +533,7 @@ def test_fitted_softmax_model_is_at_its_mode():
     )
 
 
-# -- the estimator's contract -------------------------------------------------------------
+# -- the estimator's contract --------------------------------------------------
 
 
 def test_labels_are_kept_and_the_positive_class_is_the_second():

@@ -81,10 +81,12 @@ def test_S_in_coordinates_is_accurate_where_the_woodbury_form_is_not():
         ]
     )
 
-    # |error| of S_i/β within a few hundred ε, for every column; relative for the model's.
+    # |error| of S_i/β within a few hundred ε, for every column; relative for the
+    # model's.
     assert np.max(np.abs(S - exact)) / beta < 200 * EPS
     assert np.max(np.abs(S[active] / exact[active] - 1)) < 1e-12
-    # The Woodbury form loses at least 4 more digits on the same state (measured ~3e-11·β).
+    # The Woodbury form loses at least 4 more digits on the same state (measured
+    # ~3e-11·β).
     assert (
         np.max(np.abs(woodbury_S(Phi, active, alpha, beta) - exact)) / beta > 1e4 * EPS
     )

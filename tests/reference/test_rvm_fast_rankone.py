@@ -34,7 +34,8 @@ from kernelref.rvm.fast import (
 
 
 def friedman1(seed, n):
-    """Friedman #1 with standardised inputs and noise at a third of the signal's spread."""
+    """Friedman #1 with standardised inputs and noise at a third of the signal's
+    spread."""
     rng = np.random.default_rng(seed)
     X = rng.uniform(size=(n, 10))
     f = (

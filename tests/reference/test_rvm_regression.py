@@ -36,7 +36,8 @@ def sinc_data(seed, n=100, noise=0.1):
 
 
 def direct_log_evidence(Phi, t, alpha, beta):
-    """log N(t | 0, β⁻¹I + ΦA⁻¹Φᵀ), formed as an N×N covariance: an independent oracle."""
+    """log N(t | 0, β⁻¹I + ΦA⁻¹Φᵀ), formed as an N×N covariance: an independent
+    oracle."""
     C = np.eye(len(t)) / beta + (Phi / alpha) @ Phi.T
     return multivariate_normal(mean=np.zeros(len(t)), cov=C).logpdf(t)
 
