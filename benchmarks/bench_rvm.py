@@ -127,6 +127,9 @@ UTC, 28 of 41 rows on both targets, time 30, evidence 37; sinc N=2000 gamma=0.25
   (the second run to tol 1 or 10) does not predict it (F2 c=0.25 scaled s1: -1.22
   at tol 1 against +0.86 in full). The 'hold' schedule on the two F2 rows: +0.45
   at 0.59x and +1.04 at 1.59x; on F1 c=1 s1 -16.8 and -15.9 at 3.0x and 2.3x.
+  Smaller dense starts (10 or 20 columns, 30 or 60 re-estimations; CPU time)
+  are not cheaper than the first run and fix neither F2 row (best -0.64, -0.66):
+  evidence target 37, time target 12-17 rows.
 - Not met: F1 c=1 s1 raw and scaled (-22 nats: re-estimation's maximum with
   238-239 functions, beta 2e4, and 1.6e13 scaled, beyond the fast path's cap of
   1e6/var(t)); F2 c=0.25 scaled s1 and F2 c=1 raw s1 (-0.86, -0.96); the time
