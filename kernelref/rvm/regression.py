@@ -80,18 +80,22 @@ class RVR(RegressorMixin, BaseEstimator):
     alignment_max : float
         For 'fast': a candidate whose basis function has cosine above this with
         one already in the model is not added (SparseBayes's basis alignment
-        test, default 1 − 1e-3; see ``kernelref.rvm.fast.ALIGNMENT_MAX``). 1.0
-        turns the test off; the algorithm stays stable without it, since
-        candidates (numerically) inside the span of the model are refused
-        anyway, and may find a higher evidence at the price of more iterations
+        test, default 1 − 1e-3; see ``kernelref.rvm.fast.ALIGNMENT_MAX``), except
+        in the 'auto' schedule's final pass, which loosens it to a
+        ``FINAL_ALIGNMENT_FACTOR``-th of its distance from 1. 1.0 turns the test
+        off; the algorithm stays stable without it, since candidates
+        (numerically) inside the span of the model are refused anyway, and may
+        find a higher evidence at the price of more iterations
         (see the fast-algorithm chapter).
     beta_schedule : {'auto', 'both', 'update', 'hold'}
         For 'fast': learn the noise from the first iterations (SparseBayes,
         'update'), only once the α have settled at the starting noise level
         ('hold'), or run both and keep the higher evidence ('both', two runs).
         'auto' (the default) holds the noise only while basis functions are
-        being found, then learns it, and runs 'update' too only if that run
-        stalled. See ``kernelref.rvm.fast.fast_regression``.
+        being found, then learns it, ends with a final pass at a looser
+        alignment test, and runs 'hold' in full too (with its own final pass)
+        only if that run stalled or its final pass changed the model; the
+        higher evidence is kept. See ``kernelref.rvm.fast.fast_schedule``.
 
     Attributes
     ----------
