@@ -52,6 +52,46 @@ wall times of all three methods are noisy, the peers' too):
   three classes times two paths run ~100 approximations at ~1 ms each) and cancer
   s1 c = 4 (0.58).
 
+A third pass (2026-11-24, 11:48-12:05 UTC, machine shared, load 0.2-1.7):
+
+- Profile (cProfile, wine s1 c = 1 one-vs-rest, 0.09 s): the sequential algorithm's
+  loop (``kernelref.rvm.fast``, not this module) 62%, the Laplace modes 25% (a third
+  of it scipy's argument checking around each 20x20 Cholesky), the dense start's
+  column choice 3 x 3 ms, the ten re-estimations 11%.
+- Adopted: (1) the IRLS steps and the final Sigma by LAPACK directly
+  (``rvc_laplace.precision_cholesky``; same equations); (2) one-vs-rest chooses the
+  dense start's columns (``rvc_fast.dense_columns``, on Phi alone) once for all
+  classes. Side by side with the previous commit (cancer and wine, 18 rows, one
+  run each): the default's fit time falls 5-25% on every row (wine s1 c = 1 ovr
+  0.078 -> 0.067 s, cancer s1 c = 4 0.237 -> 0.219 s), identical evidence and
+  counts; but re-estimation uses the same modes and falls 35-50% (wine s1 c = 1 ovr
+  0.091 -> 0.066 s), so the ratios rise: wine ovr 0.44/0.60/0.42/0.76/0.86 ->
+  0.58/0.88/0.65/0.93/1.02 (s0 c = 0.25/1/4, s1 c = 0.25/1), cancer s1 c = 4 0.54
+  -> 0.78. Whole run: met on 33 of 48 (time 40, evidence 40).
+- Tried, not adopted (whole runs or the failing rows; evidence gaps in nats):
+  dense start of 100 columns (pivoted QR): moons s1 c = 0.25 -3.09 -> -0.53,
+  classif s0 -4.55 -> -0.79, cancer s1 c = 1 -2.70 -> +0.71, but ripley s0 c = 4
+  -0.76, ripley s1 c = 0.25 -1.03, moons s1 c = 1 -0.77, iris s0 c = 4 softmax
+  -0.79: 28 of 48. 100 evenly spaced columns instead of a pivoted QR: 7 of the 8
+  evidence rows within 0.5 or close (moons s0 -0.69, classif s0 -3.48 stays), but
+  new misses (moons s1 c = 4 -0.53, cancer s0 c = 1 -1.22) and ratios up to 0.70 on
+  classif and moons (stopped after 21 rows); 50 or 75 evenly spaced, or their union
+  with the QR's 50: each fixes some rows and breaks others. alignment_max 1 - 1e-5
+  (SparseBayes's test looser): classif s0 c = 0.25 -4.55 -> -0.14, moons -6.81 ->
+  -5.14, but wine s1 c = 4 softmax -0.43 -> -0.81: 34 of 48. The fast path
+  started at re-estimation's own optimum stays there on all five wide-kernel rows
+  checked: its fixed points include those optima, the starts do not reach them.
+  Without the polish of kernelref.rvm.fast on the approximations: more loop
+  iterations and wine s0 c = 1 ovr 1.26. Tolerance schedule (TOL_FRACTION 0.3,
+  LOOSE_TOL 3, a faster drop once the model stays), ACCELERATE_RATE 0.3,
+  START_REESTIMATIONS 5 or 30: on the nine slowest rows no fewer approximations at
+  the same evidence. Stopping the second path where it reaches the first path's
+  final model: that happens on 6 of 18 wine classes, saving ~6 of ~100
+  approximations.
+- Not met: time on wine one-vs-rest (0.58-1.49) and cancer s1 c = 4 (0.78): the
+  remaining time is the sequential algorithm's per-approximation cost (~0.6 ms on
+  118 points) in kernelref.rvm.fast; evidence on the same eight rows as before.
+
 sklearn-rvm (``pip install sklearn-rvm``, the ``bench`` extra) is a benchmark-only
 peer; where it does not import, the benchmark says so and compares with
 re-estimation alone. Its EM reports no Laplace evidence, so only its time, vector

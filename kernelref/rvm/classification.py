@@ -37,6 +37,7 @@ from kernelref.rvm.rvc_fast import (  # re-exported: the chapter imports them he
     TIE,
     TOL_FRACTION,
     dense_approximation,
+    dense_columns,
     dense_start,
     extrapolated,
     fast_classifier,
@@ -81,6 +82,7 @@ __all__ = [
     "TIE",
     "TOL_FRACTION",
     "dense_approximation",
+    "dense_columns",
     "dense_start",
     "extrapolated",
     "fast_classifier",
@@ -218,13 +220,17 @@ class RVC(ClassifierMixin, BaseEstimator):
             self._fit_binary(Phi, usable, y_index.astype(float))
         elif self.multi_class == "ovr":
             self.estimators_ = []
+            columns = None  # the dense start's columns depend on Φ alone: once
+            if self.method == "fast":
+                whole = len(usable) == Phi.shape[1]
+                columns = dense_columns(Phi if whole else Phi[:, usable])
             for k in range(K):
                 binary = type(self)(**self.get_params(deep=False))
                 binary._run_name = f"class-{k}-"  # one machine per class
                 binary.classes_, binary.kernel_ = np.array([0, 1]), kernel
                 record_n_features(binary, X)
                 binary._X = X
-                binary._fit_binary(Phi, usable, (y_index == k).astype(float))
+                binary._fit_binary(Phi, usable, (y_index == k).astype(float), columns)
                 self.estimators_.append(binary)
             for name in (
                 "alpha_",
@@ -276,7 +282,7 @@ class RVC(ClassifierMixin, BaseEstimator):
         """What runs each approximation's `FastLoop` on Φ (`run_to_end`)."""
         return run_to_end
 
-    def _run(self, Phi, t, likelihood):
+    def _run(self, Phi, t, likelihood, columns=None):
         if self.method == "fast":
             result = fast_classifier(
                 Phi,
@@ -287,6 +293,7 @@ class RVC(ClassifierMixin, BaseEstimator):
                 alignment_max=self.alignment_max,
                 approximation=self._approximation(),
                 drive=self._driver(Phi),
+                columns=columns,
             )
         else:
             result = reestimate_classifier(
@@ -310,9 +317,10 @@ class RVC(ClassifierMixin, BaseEstimator):
         self.relevance_ = columns[columns >= offset] - offset
         self.relevance_vectors_ = self._X[self.relevance_]
 
-    def _fit_binary(self, Phi, usable, t):
+    def _fit_binary(self, Phi, usable, t, columns=None):
+        """``columns``: the fast path's dense start, if chosen (`dense_columns`)."""
         whole = len(usable) == Phi.shape[1]  # no zero column: Φ as it is
-        result = self._run(Phi if whole else Phi[:, usable], t, BERNOULLI)
+        result = self._run(Phi if whole else Phi[:, usable], t, BERNOULLI, columns)
         self._keep_basis(usable[result.keep])
         self.alpha_, self.mu_, self.Sigma_ = result.alpha, result.mu, result.Sigma
 

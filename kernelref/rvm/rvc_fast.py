@@ -40,6 +40,7 @@ __all__ = [
     "TIE",
     "TOL_FRACTION",
     "dense_approximation",
+    "dense_columns",
     "dense_start",
     "extrapolated",
     "fast_classifier",
@@ -101,6 +102,7 @@ def fast_classifier(
     approximation=None,
     drive=run_to_end,
     starts=STARTS,
+    columns=None,
 ):
     """Tipping & Faul's fast algorithm on the Gaussian approximation (their §4),
     from each of ``starts`` (`fast_path`), the highest Laplace evidence kept.
@@ -120,14 +122,17 @@ def fast_classifier(
     Φ is used only through its columns, ``approximation`` (`dense_approximation`
     by default) and ``drive`` (`kernelref.rvm.fast.run_to_end`, given each
     approximation's `FastLoop` and a name): the Dask backend passes a streamed
-    design and its own two.
+    design and its own two. ``columns``: the dense start's basis functions
+    (`dense_columns`), where the caller has chosen them already.
     """
     unknown = set(starts) - set(START_NAMES)
     if not starts or unknown:
         raise ValueError(
             f"starts must be a nonempty sequence of {START_NAMES}; got {starts!r}."
         )
-    dense = None if set(starts) == {"empty"} else dense_start(Phi, t, likelihood)
+    dense = None
+    if set(starts) != {"empty"}:
+        dense = dense_start(Phi, t, likelihood, columns)
     fits, n_iter = [], 0
     for start in starts:
         alpha, w = (None, None) if start == "empty" else dense
@@ -161,12 +166,13 @@ def fast_classifier(
     )
 
 
-def dense_start(Phi, t, likelihood):
-    """α and the mode of re-estimation's start (α_i = 1/N², `initial_alpha`) on
-    at most `DENSE_START_SIZE` basis functions, chosen among evenly spaced
-    columns of Φ as a pivoted QR would: next the unit column farthest from the
-    span of those chosen, while that squared distance is above
-    `SPAN_RESIDUAL_MIN` (the sequential algorithm's test for a new direction).
+def dense_columns(Phi):
+    """The columns of re-estimation's start (`dense_start`): at most
+    `DENSE_START_SIZE`, chosen among evenly spaced columns of Φ as a pivoted QR
+    would: next the unit column farthest from the span of those chosen, while
+    that squared distance is above `SPAN_RESIDUAL_MIN` (the sequential
+    algorithm's test for a new direction). They depend on Φ alone: one-vs-rest
+    chooses them once for all its classes.
 
     Of distances within a factor 1 − `TIE` of the largest the first column is
     taken: a pivoted QR takes the largest, and where several are nearly equal
@@ -186,7 +192,14 @@ def dense_start(Phi, t, likelihood):
         keep.append(candidates[j])
         q = R[:, j] / np.sqrt(distance[j])
         R = R - np.outer(q, q @ R)  # modified Gram–Schmidt
-    keep = np.sort(keep)
+    return np.sort(keep)
+
+
+def dense_start(Phi, t, likelihood, columns=None):
+    """α and the mode of re-estimation's start (α_i = 1/N², `initial_alpha`) on
+    the basis functions ``columns`` (`dense_columns` of Φ unless given)."""
+    keep = dense_columns(Phi) if columns is None else columns
+    P = Phi.shape[1]
     alpha = np.full(P, np.inf)
     alpha[keep] = initial_alpha(len(t))
     mode = laplace_posterior(Phi[:, keep], t, alpha[keep], None, likelihood)

@@ -15,6 +15,7 @@ from kernelref.rvm import RVC
 from kernelref.rvm.classification import (
     BERNOULLI,
     STALL_PATIENCE,
+    dense_columns,
     dense_start,
     extrapolated,
     fast_classifier,
@@ -279,6 +280,23 @@ def test_dense_start_is_reestimations_start_on_independent_columns():
     gradient = bernoulli_gradient(Phi[:, keep], t, alpha[keep], w[keep])
     assert np.max(np.abs(gradient)) < 1e-8
     assert np.all(w[np.isinf(alpha)] == 0)
+
+
+def test_one_vs_rest_chooses_the_dense_columns_once_with_the_same_fits():
+    # The dense start's columns depend on Φ alone: one-vs-rest chooses them once
+    # and passes them to each class's fast path, which must then fit exactly as
+    # a fast path that chooses them itself.
+    X, y = three_blobs(0, 90)
+    model = RVC(gamma=0.5, multi_class="ovr").fit(X, y)
+    Phi = design_matrix(RBF(0.5), X, X, bias=True)
+    columns = dense_columns(Phi)
+    alpha, _ = dense_start(Phi, (y == 0).astype(float), BERNOULLI)
+    np.testing.assert_array_equal(columns, np.flatnonzero(np.isfinite(alpha)))
+    for k, estimator in enumerate(model.estimators_):
+        alone = fast_classifier(Phi, (y == k).astype(float))
+        assert estimator.log_evidence_ == alone.log_evidence
+        np.testing.assert_array_equal(estimator.alpha_, alone.alpha)
+        np.testing.assert_array_equal(estimator.mu_, alone.mu)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
