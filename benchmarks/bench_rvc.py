@@ -68,29 +68,40 @@ A third pass (2026-11-24, 11:48-12:05 UTC, machine shared, load 0.2-1.7):
   0.091 -> 0.066 s), so the ratios rise: wine ovr 0.44/0.60/0.42/0.76/0.86 ->
   0.58/0.88/0.65/0.93/1.02 (s0 c = 0.25/1/4, s1 c = 0.25/1), cancer s1 c = 4 0.54
   -> 0.78. Whole run: met on 33 of 48 (time 40, evidence 40).
+- Adopted, (3): where the pivoted QR finds fewer than 50 independent columns
+  (rank-limited Phi: ripley, moons and iris at c = 0.25), the 'reestimated' path
+  starts on 100 evenly spaced columns (``rvc_fast.WIDE_START_SIZE``). Whole run
+  after (1)-(3): met on 34 of 48 (time 39, evidence 42), median ratio 0.29, worst
+  gap -4.55. Evidence: moons s0 c = 0.25 -6.81 -> -0.69, moons s1 -3.09 -> +0.13,
+  iris s0 c = 0.25 ovr -1.54 -> -0.25; time: iris s1 c = 0.25 ovr 0.34 -> 0.68
+  (435 loop iterations instead of 259); other rows unchanged (their QR finds 50).
 - Tried, not adopted (whole runs or the failing rows; evidence gaps in nats):
-  dense start of 100 columns (pivoted QR): moons s1 c = 0.25 -3.09 -> -0.53,
-  classif s0 -4.55 -> -0.79, cancer s1 c = 1 -2.70 -> +0.71, but ripley s0 c = 4
-  -0.76, ripley s1 c = 0.25 -1.03, moons s1 c = 1 -0.77, iris s0 c = 4 softmax
-  -0.79: 28 of 48. 100 evenly spaced columns instead of a pivoted QR: 7 of the 8
-  evidence rows within 0.5 or close (moons s0 -0.69, classif s0 -3.48 stays), but
-  new misses (moons s1 c = 4 -0.53, cancer s0 c = 1 -1.22) and ratios up to 0.70 on
-  classif and moons (stopped after 21 rows); 50 or 75 evenly spaced, or their union
-  with the QR's 50: each fixes some rows and breaks others. alignment_max 1 - 1e-5
-  (SparseBayes's test looser): classif s0 c = 0.25 -4.55 -> -0.14, moons -6.81 ->
-  -5.14, but wine s1 c = 4 softmax -0.43 -> -0.81: 34 of 48. The fast path
-  started at re-estimation's own optimum stays there on all five wide-kernel rows
-  checked: its fixed points include those optima, the starts do not reach them.
-  Without the polish of kernelref.rvm.fast on the approximations: more loop
-  iterations and wine s0 c = 1 ovr 1.26. Tolerance schedule (TOL_FRACTION 0.3,
-  LOOSE_TOL 3, a faster drop once the model stays), ACCELERATE_RATE 0.3,
-  START_REESTIMATIONS 5 or 30: on the nine slowest rows no fewer approximations at
-  the same evidence. Stopping the second path where it reaches the first path's
-  final model: that happens on 6 of 18 wine classes, saving ~6 of ~100
-  approximations.
-- Not met: time on wine one-vs-rest (0.58-1.49) and cancer s1 c = 4 (0.78): the
-  remaining time is the sequential algorithm's per-approximation cost (~0.6 ms on
-  118 points) in kernelref.rvm.fast; evidence on the same eight rows as before.
+  a dense start of 100 columns (pivoted QR) everywhere: moons s1 c = 0.25 -3.09
+  -> -0.53, classif s0 -4.55 -> -0.79, cancer s1 c = 1 -2.70 -> +0.71, but
+  ripley s0 c = 4 -0.76, ripley s1 c = 0.25 -1.03, moons s1 c = 1 -0.77, iris s0
+  c = 4 softmax -0.79: 28 of 48. 100 evenly spaced columns everywhere: cancer
+  s1 c = 0.25 -0.35, c = 1 +1.16, wine s0 c = 0.25 softmax -0.41, wine s1 ovr
+  -0.36, but classif s0 stays -3.48, new misses (moons s1 c = 4 -0.53, cancer s0
+  c = 1 -1.22) and ratios up to 0.70 on classif and moons (stopped after 21 rows);
+  50 or 75 evenly spaced, or their union with the QR's 50: each fixes some rows
+  and breaks others. alignment_max 1 - 1e-5 (SparseBayes's test looser): classif
+  s0 c = 0.25 -4.55 -> -0.14, moons -6.81 -> -5.14, but wine s1 c = 4 softmax
+  -0.43 -> -0.81: 34 of 48 (and the Dask RVC's default would differ). The fast
+  path started at re-estimation's own optimum stays there on the five wide-kernel
+  rows checked (moons, classif, cancer): its fixed points include those optima,
+  the starts do not reach them. Without the polish of kernelref.rvm.fast on the
+  approximations: more loop iterations, wine s0 c = 1 ovr 1.26. The tolerance
+  schedule (TOL_FRACTION 0.3, LOOSE_TOL 3, a faster drop once the model stays),
+  ACCELERATE_RATE 0.3, START_REESTIMATIONS 5 or 30: on the nine slowest rows no
+  fewer approximations at the same evidence. Stopping the second path where it
+  reaches the first path's final model: happens on 6 of 18 wine classes, ~6 of
+  ~100 approximations saved.
+- Not met: time on wine one-vs-rest (0.57-1.45), cancer s1 c = 4 (0.72), iris s1
+  c = 0.25 ovr (0.68), classif s0 c = 4 (0.53): the remaining time is the
+  sequential algorithm's per-approximation cost (~0.6 ms on 118 points) in
+  kernelref.rvm.fast. Evidence: classif s0 c = 0.25 -4.55, cancer s1 c = 0.25
+  -1.15 and c = 1 -2.70, wine s1 c = 0.25 ovr -0.77, moons s0 c = 0.25 -0.69, wine
+  s0 c = 0.25 softmax -0.54 (their QR finds 50 independent columns).
 
 sklearn-rvm (``pip install sklearn-rvm``, the ``bench`` extra) is a benchmark-only
 peer; where it does not import, the benchmark says so and compares with

@@ -36,6 +36,7 @@ from kernelref.rvm.rvc_fast import (  # re-exported: the chapter imports them he
     STARTS,
     TIE,
     TOL_FRACTION,
+    WIDE_START_SIZE,
     dense_approximation,
     dense_columns,
     dense_start,
@@ -81,6 +82,7 @@ __all__ = [
     "STARTS",
     "TIE",
     "TOL_FRACTION",
+    "WIDE_START_SIZE",
     "dense_approximation",
     "dense_columns",
     "dense_start",
@@ -115,7 +117,8 @@ class RVC(ClassifierMixin, BaseEstimator):
     method : {'fast', 'reestimate'}
         Tipping & Faul's sequential algorithm on the Gaussian approximation
         (`fast_classifier`: two paths, from one basis function and from at most
-        50 after ten re-estimations, the higher Laplace evidence kept), or
+        50 independent ones, or 100 evenly spaced where Φ's rank is lower, after
+        ten re-estimations; the higher Laplace evidence kept), or
         Tipping's re-estimation
         of all α after every mode (`reestimate_classifier`, from α_i = 1/N² on
         every basis function, as in Tipping's SB1). Both reach nearby Laplace

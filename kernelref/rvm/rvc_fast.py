@@ -39,6 +39,7 @@ __all__ = [
     "STARTS",
     "TIE",
     "TOL_FRACTION",
+    "WIDE_START_SIZE",
     "dense_approximation",
     "dense_columns",
     "dense_start",
@@ -60,6 +61,8 @@ STARTS = ("empty", "reestimated")
 
 #: The dense start keeps at most this many basis functions (`dense_start`).
 DENSE_START_SIZE = 50
+#: ... and where Φ's numerical rank is below that, this many (`dense_columns`).
+WIDE_START_SIZE = 100
 #: Distances within this relative margin of the largest count as tied.
 TIE = 1e-6
 
@@ -177,7 +180,13 @@ def dense_columns(Phi):
     Of distances within a factor 1 − `TIE` of the largest the first column is
     taken: a pivoted QR takes the largest, and where several are nearly equal
     (many, on a dense sample) designs whose entries round differently (the Dask
-    backend's) chose differently."""
+    backend's) chose differently.
+
+    Where the span test stops the choice short of `DENSE_START_SIZE` (a kernel
+    wide for the data: Φ's numerical rank is below it), re-estimation's optimum
+    combines nearly parallel basis functions with large weights, which a start
+    of independent ones lacks: the start is then `WIDE_START_SIZE` evenly spaced
+    columns instead (measured in ``benchmarks/bench_rvc.py``)."""
     P = Phi.shape[1]
     candidates = np.unique(
         np.linspace(0, P - 1, min(P, 4 * DENSE_START_SIZE)).astype(int)
@@ -192,6 +201,8 @@ def dense_columns(Phi):
         keep.append(candidates[j])
         q = R[:, j] / np.sqrt(distance[j])
         R = R - np.outer(q, q @ R)  # modified Gram–Schmidt
+    if len(keep) < min(DENSE_START_SIZE, len(candidates)):
+        return np.unique(np.linspace(0, P - 1, min(P, WIDE_START_SIZE)).astype(int))
     return np.sort(keep)
 
 

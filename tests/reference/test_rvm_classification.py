@@ -14,6 +14,7 @@ from kernelref.kernels import RBF
 from kernelref.rvm import RVC
 from kernelref.rvm.classification import (
     BERNOULLI,
+    DENSE_START_SIZE,
     STALL_PATIENCE,
     dense_columns,
     dense_start,
@@ -264,12 +265,12 @@ def test_fast_fixed_point_is_optimal_for_the_gaussian_approximation_at_its_mode(
 def test_dense_start_is_reestimations_start_on_independent_columns():
     X, y = ripley_like(2, 300)
     t = y.astype(float)
-    Phi = design_matrix(RBF(0.2), X, X, bias=True)  # wide: nearly collinear columns
+    Phi = design_matrix(RBF(10.0), X, X, bias=True)  # narrow: Φ of high rank
     alpha, w = dense_start(Phi, t, BERNOULLI)
     keep = np.flatnonzero(np.isfinite(alpha))
-    # At most 50 columns, each with α = 1/N², independent: every one lies farther
-    # than the sequential algorithm's span test from the span of the others.
-    assert 5 <= len(keep) <= 50
+    # 50 columns, each with α = 1/N², independent: every one lies farther than
+    # the sequential algorithm's span test from the span of the others.
+    assert len(keep) == DENSE_START_SIZE
     np.testing.assert_array_equal(alpha[keep], 1.0 / 300**2)
     unit = Phi[:, keep] / np.linalg.norm(Phi[:, keep], axis=0)
     for i in range(len(keep)):
@@ -280,6 +281,25 @@ def test_dense_start_is_reestimations_start_on_independent_columns():
     gradient = bernoulli_gradient(Phi[:, keep], t, alpha[keep], w[keep])
     assert np.max(np.abs(gradient)) < 1e-8
     assert np.all(w[np.isinf(alpha)] == 0)
+
+
+def test_dense_start_on_a_wide_kernel_takes_evenly_spaced_columns():
+    X, y = ripley_like(2, 300)
+    t = y.astype(float)
+    Phi = design_matrix(RBF(0.2), X, X, bias=True)  # wide: nearly collinear columns
+    # Φ's numerical rank (unit columns, singular values above the span test's
+    # distance) is below 50, so no 50 columns pass the span test ...
+    unit = Phi / np.linalg.norm(Phi, axis=0)
+    singular = np.linalg.svd(unit, compute_uv=False)
+    assert np.sum(singular**2 > SPAN_RESIDUAL_MIN) < DENSE_START_SIZE
+    # ... and the start is 100 evenly spaced columns, at α = 1/N², at their mode.
+    alpha, w = dense_start(Phi, t, BERNOULLI)
+    keep = np.flatnonzero(np.isfinite(alpha))
+    assert len(keep) == 100 and keep[0] == 0 and keep[-1] == 300
+    assert set(np.diff(keep)) <= {3, 4}  # steps of 300/99, rounded down
+    np.testing.assert_array_equal(alpha[keep], 1.0 / 300**2)
+    gradient = bernoulli_gradient(Phi[:, keep], t, alpha[keep], w[keep])
+    assert np.max(np.abs(gradient)) < 1e-6 * max(1.0, np.max(np.abs(w)))
 
 
 def test_one_vs_rest_chooses_the_dense_columns_once_with_the_same_fits():
