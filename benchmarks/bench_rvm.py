@@ -134,6 +134,14 @@ UTC, 28 of 41 rows on both targets, time 30, evidence 37; sinc N=2000 gamma=0.25
   238-239 functions, beta 2e4, and 1.6e13 scaled, beyond the fast path's cap of
   1e6/var(t)); F2 c=0.25 scaled s1 and F2 c=1 raw s1 (-0.86, -0.96); the time
   rows of the fourth pass.
+- Withdrawn by the lead the same day: the full hold after a final pass that moved
+  the model. On sinc20 of bench_dask_rvm.py (the backend's scale problem) at
+  N = 5000 the final pass moves the model, and the hold's held phase then grew to
+  842 functions in 3000 iterations: 180 s of CPU against 1 s for the default, for
+  a lower evidence (3546.47 against the final pass's 3548.34); at N = 50 000 on
+  the cluster it would multiply the passes. 'auto' now runs the final pass and
+  the full hold only after a stalled run, as before. Sinc N=2000 gamma=0.25 is
+  back below re-estimation (the final pass from 'auto' gains +0.05 nats).
 
 sklearn-rvm (``pip install sklearn-rvm``) is a benchmark-only peer; where it does
 not import, the benchmark says so and compares with re-estimation alone. Its EM

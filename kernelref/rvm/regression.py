@@ -94,8 +94,8 @@ class RVR(RegressorMixin, BaseEstimator):
         'auto' (the default) holds the noise only while basis functions are
         being found, then learns it, ends with a final pass at a looser
         alignment test, and runs 'hold' in full too (with its own final pass)
-        only if that run stalled or its final pass changed the model; the
-        higher evidence is kept. See ``kernelref.rvm.fast.fast_schedule``.
+        only if that run stalled; the higher evidence is kept. See
+        ``kernelref.rvm.fast.fast_schedule``.
 
     Attributes
     ----------

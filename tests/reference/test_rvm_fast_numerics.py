@@ -280,7 +280,7 @@ def test_dense_restart_ends_at_a_maximum_of_the_evidence():
             assert grown.log_evidence < L + 1e-6
 
 
-def test_auto_final_pass_lets_near_copies_in_and_then_runs_the_full_hold():
+def test_auto_final_pass_lets_near_copies_in_without_the_full_hold():
     from kernelref.rvm.fast import fast_schedule, run_to_end
 
     def runs_of(Phi, t):
@@ -294,18 +294,12 @@ def test_auto_final_pass_lets_near_copies_in_and_then_runs_the_full_hold():
         return fast_schedule(Phi, usable, t, "auto", drive=drive), runs
 
     # Densely sampled sinc: the pass at 1 − 1e-4 adds columns within the default
-    # alignment test of ones in the model (which then leave: the centres slide),
-    # gains, and the full hold runs too.
+    # alignment test of ones in the model (which then leave: the centres slide)
+    # and gains; the full hold runs only after a stalled run (its held phase can
+    # grow the model by hundreds of functions where the model grows with N).
     Phi, t = sinc_problem(2, 100, 1 / 18)
     result, runs = runs_of(Phi, t)
-    assert list(runs) == [
-        "auto-held",
-        "auto-released",
-        "auto-final",
-        "hold-held",
-        "hold-released",
-        "hold-final",
-    ]
+    assert list(runs) == ["auto-held", "auto-released", "auto-final"]
     assert runs["auto-final"].log_evidence > runs["auto-released"].log_evidence + 0.1
     before, after = runs["auto-released"].active, runs["auto-final"].active
     new = np.setdiff1d(after, before)
