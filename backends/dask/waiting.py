@@ -122,7 +122,10 @@ class _PauseWatch:
         ``check`` of the keys still pending, theirs and their `inputs`', every
         ``PAUSE_POLL_SECONDS`` (counted from the watch's start, whatever
         finishes meanwhile)."""
-        from distributed import wait
+        # distributed.wait would wait through the default client, which a backend
+        # given ``address=`` does not set (nor another client's futures): the
+        # same wait, on this watch's client.
+        from distributed.client import _wait
 
         while True:
             due = self.looked + PAUSE_POLL_SECONDS - self.clock()
@@ -130,7 +133,7 @@ class _PauseWatch:
                 self.check({f.key for f in [*futures, *inputs] if not f.done()})
                 due = PAUSE_POLL_SECONDS
             try:
-                wait(futures, timeout=due, return_when=return_when)
+                self.client.sync(_wait, futures, timeout=due, return_when=return_when)
                 return
             except TimeoutError:
                 pass
