@@ -116,7 +116,8 @@ UTC, 28 of 41 rows on both targets, time 30, evidence 37; sinc N=2000 gamma=0.25
   +0.05; 'hold' alone -0.14; 'hold' then a final pass at 1 - 1e-4 / 1e-5 / 1e-6:
   +0.02 / +0.06 / +0.07 nats.
 - Tried, not adopted: a second start from re-estimation's dense model
-  (kernelref.rvm.starts.dense_restart, `--dense-start` here: 50 pivoted-QR
+  (kernelref.rvm.starts.dense_restart and `--dense-start` here, commits 3e1d069
+  and bda7ecd, since removed as code no estimator used: 50 pivoted-QR
   columns, 30 re-estimations, then FastLoop from there, the higher evidence kept).
   Always on: evidence target 37 -> 39 rows (F2 c=0.25 scaled s1 -0.86 -> +0.86,
   F2 c=1 raw s1 -0.96 -> +0.02) but time target 29 -> 10 rows in the same run:
@@ -199,24 +200,8 @@ def em_peer():
     return EMRVR
 
 
-def dense_restart_fit(fast, X, t):
-    """`kernelref.rvm.starts.dense_restart` on the default fit's design: its log
-    evidence and its time (the default fit would add it to its own)."""
-    from kernelref.rvm.design import design_matrix
-    from kernelref.rvm.fast import unit_columns
-    from kernelref.rvm.starts import dense_restart
-
-    Phi_unit, scales = unit_columns(design_matrix(fast.kernel_, X, X, fast.bias))
-    start = time.perf_counter()
-    restart = dense_restart(Phi_unit, scales > 0, t)
-    elapsed = time.perf_counter() - start
-    return (-np.inf if restart is None else restart.log_evidence), elapsed
-
-
-def compare(X, t, gamma, EMRVR, dense=False):
-    """One problem: the default RVR, re-estimation and EM; a dict of the numbers
-    (with ``dense``, also the default's fit and time with `dense_restart_fit`'s
-    second run, the higher evidence kept)."""
+def compare(X, t, gamma, EMRVR):
+    """One problem: the default RVR, re-estimation and EM; a dict of the numbers."""
     fast, t_fast, _ = timed_fit(RVR(gamma=gamma), X, t)
     slow, t_slow, slow_ok = timed_fit(RVR(gamma=gamma, method="reestimate"), X, t)
     row = dict(
@@ -236,10 +221,6 @@ def compare(X, t, gamma, EMRVR, dense=False):
     if EMRVR is not None:
         em, row["t_em"], _ = timed_fit(EMRVR(kernel="rbf", gamma=gamma), X, t)
         row["m_em"] = len(em.relevance_)
-    if dense:
-        L_dense, t_dense = dense_restart_fit(fast, X, t)
-        row["L_both"] = max(row["L_fast"], L_dense)
-        row["t_both"] = t_fast + t_dense
     return row
 
 
@@ -253,13 +234,6 @@ def print_row(name, r):
         f"{r['fresh']:5d} {r['it_slow']:6d}",
         flush=True,
     )
-    if "L_both" in r:
-        print(
-            f"  {'  with dense restart':24s} {r['t_both']:7.3f} "
-            f"{r['t_both'] / peer:22.2f} {r['L_both'] - r['L_slow']:+19.2f}",
-            flush=True,
-        )
-        return r["t_both"] / peer, r["L_both"] - r["L_slow"]
     return r["t_fast"] / peer, r["L_fast"] - r["L_slow"]
 
 
@@ -272,12 +246,6 @@ def main(argv=None):
         "--n-large", type=int, default=2000, help="N of the large sinc runs"
     )
     parser.add_argument("--skip-large", action="store_true")
-    parser.add_argument(
-        "--dense-start",
-        action="store_true",
-        help="also run kernelref.rvm.starts.dense_restart after each default fit "
-        "and count the higher evidence at the sum of the times",
-    )
     parser.add_argument(
         "--svc-n",
         type=int,
@@ -310,14 +278,13 @@ def main(argv=None):
                 for seed in range(args.seeds):
                     X, t = friedman_data(k, 240, seed, scaled)
                     name = f"F{k} c={c:g} {'scaled' if scaled else 'raw'} s{seed}"
-                    r = compare(X, t, c / X.shape[1], EMRVR, args.dense_start)
+                    r = compare(X, t, c / X.shape[1], EMRVR)
                     ratio, gap = print_row(name, r)
                     ratios.append(ratio)
                     gaps.append(gap)
     for seed in range(5):
         X, t = sinc_data(100, seed)
-        r = compare(X, t, SINC_GAMMA, EMRVR, args.dense_start)
-        ratio, gap = print_row(f"sinc N=100 s{seed}", r)
+        ratio, gap = print_row(f"sinc N=100 s{seed}", compare(X, t, SINC_GAMMA, EMRVR))
         ratios.append(ratio)
         gaps.append(gap)
     ratios, gaps = np.array(ratios), np.array(gaps)
@@ -330,7 +297,7 @@ def main(argv=None):
     )
 
     if not args.skip_large:
-        large_sinc(args.n_large, args.dense_start)
+        large_sinc(args.n_large)
     if args.svc_n:
         from benchmarks import bench_svm
 
@@ -338,9 +305,8 @@ def main(argv=None):
         bench_svm.main(["--n", *map(str, args.svc_n), "--sparse-n", "0"])
 
 
-def large_sinc(n_large, dense=False):
-    """Sinc at N = n_large, γ = 1/18 and 0.25: the default against re-estimation
-    (with ``dense``, also the default with `dense_restart_fit`'s second run)."""
+def large_sinc(n_large):
+    """Sinc at N = n_large, γ = 1/18 and 0.25: the default against re-estimation."""
     print(
         f"RVR on sinc, N={n_large}, noise 0.1, seed 0: default against re-estimation "
         "(10000 iterations at most)"
@@ -358,13 +324,6 @@ def large_sinc(n_large, dense=False):
             f"{t_slow / t_fast:.1f}x (target >= 30x), evidence difference "
             f"{fast.log_evidence_ - slow.log_evidence_:+.2f} nats (target >= 0)"
         )
-        if dense:
-            L_dense, t_dense = dense_restart_fit(fast, X, t)
-            print(
-                f"    with dense restart: {t_fast + t_dense:.2f} s, speed-up "
-                f"{t_slow / (t_fast + t_dense):.1f}x, evidence difference "
-                f"{max(fast.log_evidence_, L_dense) - slow.log_evidence_:+.2f} nats"
-            )
 
 
 if __name__ == "__main__":

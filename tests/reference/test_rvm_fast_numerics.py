@@ -228,58 +228,6 @@ def test_fast_classifier_reaches_a_fixed_point_on_a_curved_boundary():
     assert RVC(gamma=0.05, alignment_max=1 - 1e-5).fit(X, y).converged_
 
 
-def test_dense_columns_are_a_greedy_basis_by_distance_to_the_span():
-    from kernelref.rvm.starts import dense_columns
-
-    Phi, _ = sinc_problem(1, 60, 1 / 18)
-    usable = np.ones(Phi.shape[1], dtype=bool)
-    chosen = dense_columns(Phi, usable, size=8)
-    # Brute force: least-squares distances of each candidate to the span of
-    # those taken so far, the farthest taken (the first of near ties).
-    candidates = np.unique(np.linspace(0, 60, 32).astype(int))
-    taken = []
-    for _ in range(8):
-        if taken:
-            B = Phi[:, taken]
-            fit = B @ np.linalg.lstsq(B, Phi[:, candidates], rcond=None)[0]
-            distance = np.sum((Phi[:, candidates] - fit) ** 2, axis=0)
-        else:
-            distance = np.ones(len(candidates))
-        taken.append(candidates[np.argmax(distance >= (1 - 1e-6) * distance.max())])
-    np.testing.assert_array_equal(chosen, np.sort(taken))
-    # unusable columns are never chosen
-    usable[chosen[0]] = False
-    assert chosen[0] not in dense_columns(Phi, usable, size=8)
-
-
-def test_dense_restart_ends_at_a_maximum_of_the_evidence():
-    from kernelref.rvm.starts import dense_restart
-
-    Phi, t = sinc_problem(2, 120, 1 / 18)
-    usable = np.ones(Phi.shape[1], dtype=bool)
-    result = dense_restart(Phi, usable, t, size=30, n_reestimations=10)
-    assert result.converged
-    a, alpha, beta = result.active, result.alpha, result.beta
-    L = posterior(Phi[:, a], t, alpha, beta).log_evidence
-    assert result.log_evidence == pytest.approx(L, abs=1e-8)
-    # No change of one log α_i (or of log β) by ±0.05 raises the evidence of the
-    # explicit posterior, and no column outside the model raises it at any α.
-    for i in range(len(a)):
-        for step in (-0.05, 0.05):
-            moved = alpha.copy()
-            moved[i] *= np.exp(step)
-            assert posterior(Phi[:, a], t, moved, beta).log_evidence < L + 1e-6
-    for step in (-0.05, 0.05):
-        assert posterior(Phi[:, a], t, alpha, beta * np.exp(step)).log_evidence < L
-    # (Those within the alignment test of one in the model are never added.)
-    outside = np.setdiff1d(np.arange(Phi.shape[1]), a)
-    cosines = np.max(np.abs(Phi[:, outside].T @ Phi[:, a]), axis=1)
-    for j in outside[cosines <= ALIGNMENT_MAX]:
-        for new in 10.0 ** np.arange(-4, 5):
-            grown = posterior(Phi[:, np.append(a, j)], t, np.append(alpha, new), beta)
-            assert grown.log_evidence < L + 1e-6
-
-
 def test_auto_final_pass_lets_near_copies_in_without_the_full_hold():
     from kernelref.rvm.fast import fast_schedule, run_to_end
 
