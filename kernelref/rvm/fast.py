@@ -97,6 +97,7 @@ __all__ = [
     "best_move",
     "beta_interval",
     "check_beta_schedule",
+    "continued",
     "choose_action",
     "delete_basis_function",
     "ell",
@@ -123,6 +124,7 @@ __all__ = [
     "sparsity_quality",
     "stalled",
     "unit_columns",
+    "warm_alpha",
 ]
 
 # Defaults of SparseBayes 2.0 (SB2_ControlSettings, SB2_Initialisation).
@@ -545,19 +547,33 @@ def held_then_released(
         ),
         f"{name}-held",
     )
-    alpha = np.full(Phi_unit.shape[1], np.inf)
-    alpha[held.active] = held.alpha
+    alpha = warm_alpha(held, Phi_unit.shape[1])
     released = drive(
         FastLoop(Phi_unit, usable, t, alpha=alpha, beta=held.beta, **settings),
         f"{name}-released",
     )
-    return released._replace(
-        evidence=np.concatenate([held.evidence, released.evidence]),
-        actions=held.actions + released.actions,
-        n_iter=held.n_iter + released.n_iter,
-        n_fresh=held.n_fresh + released.n_fresh,
-        drift=max(held.drift, released.drift),
-        converged=held.converged and released.converged,
+    return continued(held, released)
+
+
+def warm_alpha(run, P):
+    """The α of every one of P columns where ``run`` ended (∞ outside its
+    model): a warm start for the next `FastLoop`."""
+    alpha = np.full(P, np.inf)
+    alpha[run.active] = run.alpha
+    return alpha
+
+
+def continued(previous, run):
+    """The `FastResult` of ``run``, which started where ``previous`` ended, with
+    the records of both: evidence, actions, iterations, fresh factorisations,
+    the larger drift, and converged only if both did."""
+    return run._replace(
+        evidence=np.concatenate([previous.evidence, run.evidence]),
+        actions=previous.actions + run.actions,
+        n_iter=previous.n_iter + run.n_iter,
+        n_fresh=previous.n_fresh + run.n_fresh,
+        drift=max(previous.drift, run.drift),
+        converged=previous.converged and run.converged,
     )
 
 
@@ -578,26 +594,16 @@ def final_pass(
     wants join, from a model already at a maximum, so the rank-one updates have
     few steps to drift over. Its result carries ``previous``'s records."""
     alignment_max = settings.pop("alignment_max", ALIGNMENT_MAX)
-    alpha = np.full(Phi_unit.shape[1], np.inf)
-    alpha[previous.active] = previous.alpha
     loop = FastLoop(
         Phi_unit,
         usable,
         t,
-        alpha=alpha,
+        alpha=warm_alpha(previous, Phi_unit.shape[1]),
         beta=previous.beta,
         alignment_max=1 - (1 - alignment_max) / FINAL_ALIGNMENT_FACTOR,
         **settings,
     )
-    final = drive(loop, name)
-    return final._replace(
-        evidence=np.concatenate([previous.evidence, final.evidence]),
-        actions=previous.actions + final.actions,
-        n_iter=previous.n_iter + final.n_iter,
-        n_fresh=previous.n_fresh + final.n_fresh,
-        drift=max(previous.drift, final.drift),
-        converged=previous.converged and final.converged,
-    )
+    return continued(previous, drive(loop, name))
 
 
 def fast_regression(Phi, t, *, beta_schedule="auto", **settings):

@@ -16,6 +16,7 @@ from kernelref.rvm.fast import (
     on_user_scale,
     run_to_end,
     unit_columns,
+    warm_alpha,
 )
 from kernelref.rvm.reestimate import initial_alpha
 from kernelref.rvm.rvc_laplace import (
@@ -319,8 +320,7 @@ def fast_path(
         )
         mode = laplace_posterior(Phi_active, t, step.alpha, w0, likelihood)
         evidence.append(mode.log_evidence)
-        new_alpha = np.full(P, np.inf)
-        new_alpha[step.active] = step.alpha
+        new_alpha = warm_alpha(step, P)
         w = np.zeros(P)
         w[step.active] = mode.mu
         change, step_log = np.inf, None
