@@ -59,7 +59,8 @@ A third pass (2026-11-24, 11:48-12:05 UTC, machine shared, load 0.2-1.7):
   of it scipy's argument checking around each 20x20 Cholesky), the dense start's
   column choice 3 x 3 ms, the ten re-estimations 11%.
 - Adopted: (1) the IRLS steps and the final Sigma by LAPACK directly
-  (``rvc_laplace.precision_cholesky``; same equations); (2) one-vs-rest chooses the
+  (``design.precision_factor``, shared with the RVR; same equations); (2)
+  one-vs-rest chooses the
   dense start's columns (``rvc_fast.dense_columns``, on Phi alone) once for all
   classes. Side by side with the previous commit (cancer and wine, 18 rows, one
   run each): the default's fit time falls 5-25% on every row (wine s1 c = 1 ovr

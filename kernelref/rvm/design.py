@@ -16,7 +16,7 @@ import numbers
 from collections import namedtuple
 
 import numpy as np
-from scipy.linalg import LinAlgError, cho_factor, cho_solve, solve_triangular
+from scipy.linalg import cho_solve, lapack, solve_triangular
 
 from kernelref._validation import check_integer, check_positive, evaluate_kernel
 
@@ -114,22 +114,31 @@ def posterior(Phi, t, alpha, beta):
     Implements (rvm-posterior) by a Cholesky factor L of Σ⁻¹ = A + βΦᵀΦ;
     Σ = L⁻ᵀL⁻¹ costs O(M³) on the M columns in the model, never an N×N solve.
     """
-    precision = beta * (Phi.T @ Phi)
+    L = precision_factor(Phi, alpha, beta)
+    mu = cho_solve((L, True), beta * (Phi.T @ t), check_finite=False)
+    L_inv = solve_triangular(L, np.eye(len(alpha)), lower=True, check_finite=False)
+    Sigma = L_inv.T @ L_inv
+    return Posterior(mu, Sigma, L, log_evidence(Phi, t, alpha, beta, mu, L))
+
+
+def precision_factor(Phi, alpha, beta):
+    """The lower Cholesky factor L of Σ⁻¹ = A + βΦᵀΦ (rvm-posterior), its upper
+    triangle zero; a clear error where Σ⁻¹ is not numerically positive definite.
+    The relevance vector classifier's Newton steps use it with β = 1 on the
+    whitened design."""
+    precision = Phi.T @ Phi
+    if beta != 1:
+        precision *= beta
     precision.flat[:: len(alpha) + 1] += alpha
-    try:
-        L, _ = cho_factor(precision, lower=True, check_finite=False)
-    except LinAlgError:
+    L, info = lapack.dpotrf(precision, lower=1, clean=1)
+    if info != 0:
         raise np.linalg.LinAlgError(
             "the posterior precision A + βΦᵀΦ is not numerically positive definite; "
             "the basis functions in the model are (nearly) linearly dependent at these "
             "α. Use a narrower kernel or method='fast', which refuses aligned basis "
             "functions."
-        ) from None
-    L = np.tril(L)
-    mu = cho_solve((L, True), beta * (Phi.T @ t), check_finite=False)
-    L_inv = solve_triangular(L, np.eye(len(alpha)), lower=True, check_finite=False)
-    Sigma = L_inv.T @ L_inv
-    return Posterior(mu, Sigma, L, log_evidence(Phi, t, alpha, beta, mu, L))
+        )
+    return L
 
 
 def log_evidence(Phi, t, alpha, beta, mu, L):

@@ -30,7 +30,7 @@ import numpy as np
 from scipy.linalg import lapack
 
 from kernelref.laplace import damped_newton, likelihood_curvature, log_likelihood
-from kernelref.rvm.design import posterior
+from kernelref.rvm.design import precision_factor
 from kernelref.rvm.reestimate import GAMMA_MIN, gamma_factors, reestimate_alpha
 from kernelref.rvm.regression import ALPHA_MAX
 
@@ -44,7 +44,6 @@ __all__ = [
     "laplace_posterior",
     "log_posterior",
     "posterior_mean",
-    "precision_cholesky",
     "reestimate_classifier",
 ]
 
@@ -129,10 +128,8 @@ def laplace_posterior(
 
     w0 = np.zeros(Phi.shape[1]) if w0 is None else w0
     result = damped_newton(objective, newton_step, w0, max_iter=max_iter)
-    Phi_tilde, t_tilde = likelihood.whiten(Phi, Phi @ result.x, t)
-    L = precision_cholesky(Phi_tilde, alpha)
-    if L is None:  # design.posterior's error, with its advice
-        L = posterior(Phi_tilde, t_tilde, alpha, 1.0).L
+    Phi_tilde, _ = likelihood.whiten(Phi, Phi @ result.x, t)
+    L = precision_factor(Phi_tilde, alpha, 1.0)
     L_inv, _ = lapack.dtrtri(L, lower=1)
     return Laplace(
         result.x,
@@ -143,23 +140,11 @@ def laplace_posterior(
     )
 
 
-def precision_cholesky(Phi_tilde, alpha):
-    """The lower Cholesky factor L of Σ⁻¹ = Φ̃ᵀΦ̃ + A (label ``rvc-sigma``), by
-    LAPACK directly (an IRLS step is a few microseconds of arithmetic on a
-    small model); None where Σ⁻¹ is not numerically positive definite."""
-    precision = Phi_tilde.T @ Phi_tilde
-    precision.flat[:: len(alpha) + 1] += alpha
-    L, info = lapack.dpotrf(precision, lower=1, clean=1)
-    return L if info == 0 else None
-
-
 def posterior_mean(Phi_tilde, t_tilde, alpha):
     """The IRLS iterate ΣΦ̃ᵀt̃ of (rvc-irls) alone: ``design.posterior``'s mean
     (β = 1) by the same Cholesky factor, without Σ and the evidence, which a
     Newton step does not use."""
-    L = precision_cholesky(Phi_tilde, alpha)
-    if L is None:  # design.posterior's error, with its advice
-        return posterior(Phi_tilde, t_tilde, alpha, 1.0).mu
+    L = precision_factor(Phi_tilde, alpha, 1.0)
     mu, _ = lapack.dpotrs(L, Phi_tilde.T @ t_tilde, lower=1)
     return mu
 
