@@ -133,8 +133,18 @@ MIN_DELTA_LOG_BETA = 1e-6
 #: Update β at every one of the first iterations, to reach the right noise level
 #: early; afterwards every `BETA_UPDATE_FREQUENCY` iterations at least.
 BETA_UPDATE_START = 10
-#: The noise variance is kept above var(t)/BETA_MAX_FACTOR: a model that fits the
-#: targets exactly would otherwise send β to infinity.
+#: The noise variance is kept above var(t)/BETA_MAX_FACTOR, for the arithmetic, not
+#: the evidence: a model whose columns span all N targets fits them exactly and
+#: sends β to infinity, but its evidence stays bounded (t ~ N(0, ΦA⁻¹Φᵀ) in the
+#: limit). As β grows, α_j/(α_j + s_j) of well-determined basis functions falls
+#: like 1/β, and α_j − S_j = α_j²/(α_j + s_j) in (rvm-sq) loses the digits of that
+#: ratio. Measured on Friedman #1 (N = 240) at c = 4, where the fast path reaches
+#: the cap: min α_j/(α_j + s_j) = 2–3e-7 at this cap (s_j to about 1e-9 relative),
+#: 3e-9 at 1e8, 3e-11 at 1e10 (and 10–300% more fresh factorisations there); with β
+#: started at re-estimation's 1e15–1e16 × 1/var(t), S_j rounds to α_j and the loop
+#: divided by zero (so a β given above the cap starts at it). The cap costs
+#: 0.2 nats at such a limit (c = 1 seed 1: −509.365 at this cap, −509.144 at
+#: 1e9 and beyond), 0.03–1.1 nats on the four c = 4 rows at 1e8.
 BETA_MAX_FACTOR = 1e6
 #: A candidate whose unit-norm column has inner product above this with a column
 #: in the model is (nearly) a copy of it and is not added (SparseBayes's basis
@@ -276,7 +286,8 @@ class FastLoop:
     rank-one updates, an interval adapted to the drift measured at each of them
     (`refresh`) to keep it below `DRIFT_MAX`.
 
-    ``beta`` replaces the starting β (with ``update_beta=False``, the fixed β),
+    ``beta`` replaces the starting β (with ``update_beta=False``, the fixed β;
+    with β learnt, at most the cap ``BETA_MAX_FACTOR``/var(t)),
     and ``alpha`` (one per column, ``np.inf`` outside the model) replaces the
     starting model: a warm start, which the relevance vector classifier uses on
     each new Gaussian approximation of its likelihood.
@@ -307,8 +318,10 @@ class FastLoop:
         self.max_iter, self.tol, self.update_beta = max_iter, tol, update_beta
         self.alignment_max = alignment_max
         self.PhiT_t = t @ Phi
-        self.beta0 = initial_beta(t) if beta is None else float(beta)
         self.beta_max = BETA_MAX_FACTOR / np.var(t) if update_beta else np.inf
+        # A β learnt starts within its cap too: above it S_j rounds to α_j.
+        beta0 = initial_beta(t) if beta is None else float(beta)
+        self.beta0 = min(beta0, self.beta_max)
         self.alpha0 = None if alpha is None else np.array(alpha, dtype=float)
 
     def start(self):

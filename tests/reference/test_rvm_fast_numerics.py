@@ -20,6 +20,7 @@ from kernelref.rvm.coordinates import (
 from kernelref.rvm.design import design_matrix, posterior
 from kernelref.rvm.fast import (
     ALIGNMENT_MAX,
+    BETA_MAX_FACTOR,
     fast_marginal_likelihood,
     fast_regression,
     sparsity_quality,
@@ -264,3 +265,20 @@ def test_auto_final_pass_lets_near_copies_in_without_the_full_hold():
     np.testing.assert_array_equal(
         np.sort(runs["auto-final"].active), np.sort(runs["auto-released"].active)
     )
+
+
+def test_a_warm_start_above_the_beta_cap_starts_at_the_cap():
+    """β given above BETA_MAX_FACTOR/var(t) (with β learnt) starts at the cap: at
+    β·var(t) = 1e18 S_j of the well-determined basis functions rounds to α_j and
+    s_j = α_jS_j/(α_j − S_j) divided by zero. From the cold run's α it ends at the
+    cold run's maximum."""
+    Phi, t = sinc_problem(0, 40, 0.25)
+    cold = fast_regression(Phi, t)
+    alpha = np.full(Phi.shape[1], np.inf)
+    alpha[cold.active] = cold.alpha
+    warm = fast_marginal_likelihood(Phi, t, alpha=alpha, beta=1e18 / np.var(t))
+    assert warm.beta <= BETA_MAX_FACTOR / np.var(t)
+    assert np.array_equal(warm.active, cold.active)
+    assert warm.log_evidence == pytest.approx(cold.log_evidence, rel=1e-9, abs=1e-9)
+    direct = posterior(Phi[:, warm.active], t, warm.alpha, warm.beta).log_evidence
+    assert warm.log_evidence == pytest.approx(direct, rel=1e-9)
