@@ -149,8 +149,9 @@ misses, diagnosed.
 
 - F1 c=1 s1 raw and scaled (-22.08, -21.58) are not the beta cap and not the
   alignment test. The fast path ends at beta var(t) = 15.5 and 19.6 with 84 and 98
-  functions, far below the cap; with the cap at 1e9-1e16 every schedule ends the
-  same; no two columns have cosine above 0.975. Re-estimation's maximum is another
+  functions, far below the cap; with the cap at 1e9-1e16 'auto', 'update' and
+  'hold' end the same (raw; 'auto' scaled up to 1e14); no two columns have cosine
+  above 0.975. Re-estimation's maximum is another
   basin: 238-239 functions and the noise going to 0. There the model spans all 240
   targets and the evidence rises to a finite limit, t ~ N(0, Phi A^-1 Phi^T)
   (-509.1437 raw, -129.2014 scaled, checked by a Cholesky factor of that matrix;
@@ -192,6 +193,9 @@ misses, diagnosed.
     but the 41 rows take 38% more iterations.
   - A polish with beta held, leaving beta to the noise update, takes 16% more
     iterations and fixes neither row.
+  - The polish's deletions one at a time instead of all irrelevant at once: the
+    same ends on all 41 rows. Without deletions in the polish: F2 c=0.25 scaled s1
+    at -0.07, but 2-3.5x the CPU time on the F1 c=1 rows.
   None of these was adopted.
 
 sklearn-rvm (``pip install sklearn-rvm``) is a benchmark-only peer; where it does
