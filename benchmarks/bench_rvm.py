@@ -198,6 +198,45 @@ misses, diagnosed.
     at -0.07, but 2-3.5x the CPU time on the F1 c=1 rows.
   None of these was adopted.
 
+Seventh pass, 2026-11-24 (shared machine, load 1-3; fast-path CPU time, min of 2-3
+fits interleaved with the code before; the peers' wall times from one run in the
+same session): batch additions, tried and not adopted (the code and its test are
+on branch h3-batch-additions, commit 47211fe).
+
+- The action: the best addition and every other one that pays whose correlation
+  in the metric of C^-1, |phi_i^T C^-1 phi_k|/sqrt(S_i S_k), with those taken is
+  below 0.1 (greedy by gain, 64 at most), each at its own optimal alpha, in one
+  block Gram-Schmidt and one Woodbury update of rank b. Its S, Q, H^-1 and gain
+  equal a fresh factorisation's to 1e-15. It is taken if its gain beats the best
+  single addition. (Euclidean cosines were tried first. On F1 c=4 the median
+  |cos| is 0.006, but each column's largest is 0.39 at the median, so a 0.1 bound
+  took 32 of 227 candidates, and a bound on the model's span took none beyond
+  ~30 functions.)
+- F1 c=4: the held phase's ~215 additions become 6 batches of 18-41 (of the 64
+  best candidates each): 28-30 ms -> 9-10 ms, 261-286 iterations -> 58-103, the
+  same evidence on all four rows. But the fit's time is the Newton polishes (7-8
+  at m = 212-240, 55-60% of the CPU; eigh 6 ms a step where the Hessian is
+  indefinite) and ~22 fresh factorisations at m ~ 240 (~25%): per row +5%, +2%,
+  +6%, -16% (+1.6% over all 41 rows, the other 37 on their old paths). Ratios
+  stay 1.2-7.
+- With batches from 2, 4 or 8 members: 8.4%, 7.5% and 6.6% less CPU over the 41
+  rows. But batches of correlated columns (4-15 on F1/F3 at c = 1, 4) overshoot.
+  The held phase grows to 100-190 functions where one at a time it stops at
+  70-140, and 30, 26 and 9 rows change path: 17.8, 13.5 and 8.5 nats lower in
+  all, and rows meeting both targets 31 -> 30, 31 and 30. The rows that cross the
+  time line are F1 c=1 s1, which miss the evidence target, and rows within 0.03
+  of it. A 0.03 bound from 4 members: 29 rows on both. With the sixth pass's held
+  start (beta = 1e4/var(t)) on F1 c=4: 56-82 ms against 76-96 ms, but -12, +3,
+  -6, -11 nats against it. The held phase's noise check has to count a batch of b as b
+  iterations; otherwise it releases after 8-13 iterations (-7 nats on F3 c=1
+  scaled s1).
+- The other rows that miss the time target (cProfile, F3 c=4 raw s0 and scaled
+  s0, F3 c=1 scaled s1): choose_action 19 us, an addition 52 us and a
+  re-estimation 12 us at m = 60. The time is spread over choice, additions, fresh
+  factorisations and polishes, about a fifth each. No part found could be cut
+  with the same arithmetic by enough to bring these rows under 0.5, and none was
+  cut.
+
 sklearn-rvm (``pip install sklearn-rvm``) is a benchmark-only peer; where it does
 not import, the benchmark says so and compares with re-estimation alone. Its EM
 reports no evidence, so only its time and vector count are shown.
