@@ -93,8 +93,9 @@ class RVR(RegressorMixin, BaseEstimator):
         ('hold'), or run both and keep the higher evidence ('both', two runs).
         'auto' (the default) holds the noise only while basis functions are
         being found, then learns it, ends with a final pass at a looser
-        alignment test, and runs 'hold' in full too (with its own final pass)
-        only if that run stalled; the higher evidence is kept. See
+        alignment test, and runs 'hold' too (with its own final pass): in full
+        if that run stalled, with its held phase bounded in size if the final
+        pass changed the model; the higher evidence is kept. See
         ``kernelref.rvm.fast.fast_schedule``.
 
     Attributes
