@@ -252,6 +252,13 @@ in the two runs). Two full runs of this code: 26 and 26 rows on both targets (ti
 28 and 28, evidence 37), against 24 (time 26, evidence 37) for the code before in a
 run between them. The cost elsewhere: sinc20 of bench_dask_rvm.py at N = 5000, the
 reference fit 3.0x the CPU (3.43 s against 1.13, +3.34 nats), the Dask RVR 3.4x.
+The hold also runs where it gains nothing: on sinc of bench_dask_rvm.py at
+N = 5000 and 10 000 the pass moves the model and the hold ends 0.27 and 0.21 nats
+lower; CPU of the schedule 0.34 -> 0.80 s and 1.05 -> 2.48 s, and in that
+benchmark's N = 5000 comparison the reference 1.19 -> 1.89 s, the backend 36 -> 67
+streamed passes (its ratio to the reference 1.44 -> 1.50 on one worker). A third
+run of the whole benchmark on the merged code: 26 of 41 on both targets; sinc
+N=2000 gamma=0.25 +0.02 nats at 35.1x.
 
 sklearn-rvm (``pip install sklearn-rvm``) is a benchmark-only peer; where it does
 not import, the benchmark says so and compares with re-estimation alone. Its EM
