@@ -26,10 +26,13 @@ from kernelref.rvm.fast import ALIGNMENT_MAX, run_to_end
 from kernelref.rvm.reestimate import initial_alpha
 from kernelref.rvm.regression import ALPHA_MAX
 from kernelref.rvm.rvc_fast import (  # re-exported: the chapter imports them here
+    ABANDON_AFTER,
+    ABANDON_MARGIN,
     ACCELERATE_MAX,
     ACCELERATE_RATE,
     DENSE_START_SIZE,
     LOOSE_TOL,
+    REESTIMATED_ALIGNMENT_FACTOR,
     STALL_PATIENCE,
     START_NAMES,
     START_REESTIMATIONS,
@@ -66,6 +69,8 @@ from kernelref.rvm.softmax import (
 )
 
 __all__ = [
+    "ABANDON_AFTER",
+    "ABANDON_MARGIN",
     "ACCELERATE_MAX",
     "ACCELERATE_RATE",
     "BERNOULLI",
@@ -75,6 +80,7 @@ __all__ = [
     "LOOSE_TOL",
     "Laplace",
     "MAX_NEWTON_ITER",
+    "REESTIMATED_ALIGNMENT_FACTOR",
     "RVC",
     "STALL_PATIENCE",
     "START_NAMES",
@@ -116,9 +122,11 @@ class RVC(ClassifierMixin, BaseEstimator):
         Add the constant basis function φ_0 = 1 with its own α_0.
     method : {'fast', 'reestimate'}
         Tipping & Faul's sequential algorithm on the Gaussian approximation
-        (`fast_classifier`: two paths, from one basis function and from at most
-        50 independent ones, or 100 evenly spaced where Φ's rank is lower, after
-        ten re-estimations; the higher Laplace evidence kept), or
+        (`fast_classifier`: two paths, from at most 50 independent basis
+        functions, or 100 evenly spaced where Φ's rank is lower, after ten
+        re-estimations, with a looser alignment test, and from one basis
+        function, abandoned where it falls far behind; the higher Laplace
+        evidence kept), or
         Tipping's re-estimation
         of all α after every mode (`reestimate_classifier`, from α_i = 1/N² on
         every basis function, as in Tipping's SB1). Both reach nearby Laplace

@@ -13,8 +13,11 @@ from kernelref.gp_classify import quadrature_probability
 from kernelref.kernels import RBF
 from kernelref.rvm import RVC
 from kernelref.rvm.classification import (
+    ABANDON_AFTER,
+    ABANDON_MARGIN,
     BERNOULLI,
     DENSE_START_SIZE,
+    REESTIMATED_ALIGNMENT_FACTOR,
     STALL_PATIENCE,
     dense_columns,
     dense_start,
@@ -362,6 +365,47 @@ def test_a_start_pruned_to_nothing_is_skipped(monkeypatch):
         np.testing.assert_array_equal(fit.keep, empty.keep)
         assert fit.log_evidence == empty.log_evidence
         assert fit.n_iter == empty.n_iter + rvc_fast.START_REESTIMATIONS
+
+
+def test_a_path_far_behind_its_rival_is_abandoned():
+    X, y = ripley_like(0, 150)
+    t = y.astype(float)
+    Phi = design_matrix(RBF(RIPLEY_GAMMA), X, X, bias=True)
+    free = fast_path(Phi, t, BERNOULLI)
+    assert free.converged and free.n_iter > ABANDON_AFTER
+    # A rival within the margin of the best fit after ABANDON_AFTER approximations
+    # changes nothing.
+    ahead = max(free.evidence[:ABANDON_AFTER])
+    near = fast_path(Phi, t, BERNOULLI, rival=ahead + ABANDON_MARGIN)
+    np.testing.assert_array_equal(near.evidence, free.evidence)
+    assert near.log_evidence == free.log_evidence
+    # One far above: the same first approximations, then the path stops, with the
+    # best fit it had, unconverged.
+    far = fast_path(Phi, t, BERNOULLI, rival=ahead + ABANDON_MARGIN + 1e-6)
+    assert far.n_iter == ABANDON_AFTER and not far.converged
+    np.testing.assert_array_equal(far.evidence, free.evidence[:ABANDON_AFTER])
+    assert far.log_evidence == max(far.evidence)
+
+
+def test_the_paths_run_in_order_with_their_alignment_tests_and_rivals(monkeypatch):
+    import kernelref.rvm.rvc_fast as rvc_fast
+
+    calls = []
+
+    def recorded(*args, **kwargs):
+        fit = fast_path(*args, **kwargs)
+        calls.append((kwargs["name"], kwargs["alignment_max"], kwargs["rival"], fit))
+        return fit
+
+    monkeypatch.setattr(rvc_fast, "fast_path", recorded)
+    X, y = ripley_like(1, 150)
+    Phi = design_matrix(RBF(RIPLEY_GAMMA), X, X, bias=True)
+    best = fast_classifier(Phi, y.astype(float), alignment_max=0.99)
+    (first, loose, no_rival, reestimated), (second, tight, rival, empty) = calls
+    assert (first, second) == ("reestimated-", "empty-")
+    assert loose == 1 - 0.01 / REESTIMATED_ALIGNMENT_FACTOR and tight == 0.99
+    assert no_rival == -np.inf and rival == reestimated.log_evidence
+    assert best.log_evidence == max(reestimated.log_evidence, empty.log_evidence)
 
 
 def test_a_cycling_path_stops_after_the_patience_and_keeps_its_best_fit():
