@@ -129,7 +129,14 @@ A fourth pass (2026-11-24, 13:20-13:45 UTC, machine shared, load 1.5-2.9):
   check additions and deletions): wine one-vs-rest up to ~15% faster, but
   other maxima (moons s1 c = 4 +0.16 -> -0.82, wine s1 c = 1 ovr +0.54 ->
   -0.00) and cancer s1 c = 4 at 1.40 (0.71): 35 of 48 against 34, and with
-  (1) 35, as (1) alone.
+  (1) 35, as (1) alone. After (1)-(2): a third path from 100 evenly spaced
+  columns after ten re-estimations, run last (abandoned as the empty one):
+  evidence on 47 of 48 (cancer s1 c = 0.25 -0.35, c = 1 +1.16, wine s0 c = 0.25
+  softmax -0.41, wine s1 c = 0.25 ovr -0.17) but time on 23, met on 23 (the
+  path costs about as much as the other two; with 60 columns met on 27); that
+  path instead of the empty one: 27. Ending a path once the geometric tail of
+  its steps in log alpha sums to less than ``tol`` (no last approximation at
+  ``tol``): 36, next to no approximations saved.
 - Not met: time on wine one-vs-rest (0.57-1.42) and iris s1 c = 0.25 ovr
   (0.61): per class, two paths of 6-30 approximations at ~1 ms, of which the
   ``FastLoop`` (start, steps, result) is ~70%, the Newton modes ~25%; evidence
