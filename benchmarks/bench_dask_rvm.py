@@ -35,7 +35,13 @@ of ``design.gram_row``):
   57 passes at 20.2 s. With the default schedule ('auto', 10:01-10:14 UTC,
   quiet): 721 s, 56 relevance vectors, 616 iterations, log evidence 35 151.19
   (7.06 above 'update'); 88 passes at 7.93 s against a floor of 3.02 s
-  (2.42 ns per entry as measured in that run): 2.63×.
+  (2.42 ns per entry as measured in that run): 2.63×. (Those runs predate the
+  re-hold after a final pass that moves the model; see ``fast.HOLD_STALL``.)
+- The re-hold's cost in streamed passes (2026-11-24, shared machine, two
+  workers): sinc20 N = 5000, 98 passes with its held phase ended by the stall
+  rule, 131 with the size budget alone, 47 without the re-hold (+3.10, +3.34
+  nats); plain sinc N = 5000 and 10 000, 67 and 55 against 36 and 29 (the hold
+  ends lower and is discarded; neither budget stops its held phase).
 - sinc N = 10 000 and 50 000 with ``--cache-mb 0`` (memory that grows with
   N): worker peaks 141 and 230 MiB; 25 and 27 passes at 1.39× and 1.16× their
   floors; N = 50 000 in 121 s with 8 relevance vectors.

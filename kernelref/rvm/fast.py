@@ -27,8 +27,13 @@ every α (`kernelref.rvm.polish`) and a prune of several deletions at once.
 from collections import namedtuple
 
 import numpy as np
+from scipy.linalg import lapack
 
-from kernelref.rvm.coordinates import coordinate_posterior
+from kernelref.rvm.coordinates import (
+    cholesky_H,
+    coordinate_posterior,
+    split_log_evidence,
+)
 from kernelref.rvm.design import initial_beta
 from kernelref.rvm.fast_steps import (  # re-exported
     BETA_UPDATE_FREQUENCY,
@@ -80,6 +85,7 @@ __all__ = [
     "FastResult",
     "FastState",
     "HOLD_SIZE_FACTOR",
+    "HOLD_STALL",
     "HOLD_TOL",
     "INIT_ALPHA_MAX",
     "MIN_DELTA_LOG_BETA",
@@ -102,6 +108,7 @@ __all__ = [
     "choose_action",
     "delete_basis_function",
     "ell",
+    "evidence_at",
     "expect_additions",
     "fast_marginal_likelihood",
     "fast_on_unit_columns",
@@ -182,9 +189,10 @@ HOLD_TOL = 10.0
 #: A run that ends with at most this many basis functions has `stalled`.
 STALL_SIZE = 4
 #: When the 'auto' schedule's `final_pass` `moved` the model, 'auto' runs the hold
-#: schedule too, its held phase bounded: it ends once the model holds this many times
-#: the basis functions of the final pass's model (``max_size`` of `FastLoop`). Measured
-#: (2026-11-24), the bounded hold with its own final pass against 'auto' without it:
+#: schedule too, its held phase given two budgets (`HOLD_STALL` first, this one the
+#: safety net): it ends once the model holds this many times the basis functions of
+#: the final pass's model (``max_size`` of `FastLoop`). Measured (2026-11-24), the
+#: bounded hold with its own final pass against 'auto' without it, this budget alone:
 #: sinc N = 2000, γ = 0.25 (``benchmarks/bench_rvm.py``; 8 functions, the unbounded held
 #: phase peaks at 20): factor 2 +0.05 nats, 2.5 −0.09, 3 and more +1.87 (re-estimation's
 #: maximum, +0.02 over its evidence), the hold's CPU 1.3× the run's. sinc20 of
@@ -192,17 +200,35 @@ STALL_SIZE = 4
 #: adds a function at nearly every iteration, 842 in 3000, 180 s against 1 s): factor 2
 #: +2.9 nats at 1.4× the run's CPU, 3 +3.3 at 2.4–2.7×, 4 −6.0 at 2.8×; the whole fit
 #: 3.0× the CPU without the hold (3.43 s against 1.13), the Dask RVR 3.4× (131 streamed
-#: passes against 47). On the fast-algorithm chapter's 24 problems the bounded hold ran
-#: on 17, raised the evidence on 8 and kept what the unbounded one would on all. Other
-#: budgets measured: held-phase iterations relative to the run's (the held phase
-#: re-estimates a small model for 146 iterations on sinc γ = 0.25 but adds at every one
-#: on sinc20: no ratio serves both); the hold's held phase continued from the run's own
-#: (cheaper, but sinc γ = 0.25 −0.03 instead of +1.87); stopping the held phase once the
-#: evidence at the β (rvm-noise) gives has not risen for 30 iterations (sinc20 +2.9 at
-#: 1.2×, sinc γ = 0.25 +1.87, 20 iterations: −0.29), which needs a record the
-#: checkpoints of the Dask backend do not carry. A size is a budget a checkpointed state
-#: carries.
+#: passes against 47). Other budgets measured: held-phase iterations relative to the
+#: run's (the held phase re-estimates a small model for 146 iterations on sinc
+#: γ = 0.25 but adds at every one on sinc20: no ratio serves both); the hold's held
+#: phase continued from the run's own (cheaper, but sinc γ = 0.25 −0.03 instead of
+#: +1.87).
 HOLD_SIZE_FACTOR = 3
+#: The same held phase ends, too, once the evidence at the β (rvm-noise) gives
+#: (`evidence_at`, computed every `RELEASE_EVERY` iterations) has not risen for this
+#: many iterations (``stall`` of `FastLoop`; its record, ``FastState.peak``, is part of
+#: the state a checkpoint carries): β is held far above its final value, and a model
+#: that has stopped gaining at the noise level the data imply only grows on with
+#: functions the phase with β learnt deletes again. Measured (2026-11-24, with the
+#: size budget as well, against it alone): the same kept evidence on every problem of
+#: the fast-algorithm chapter, ``benchmarks/bench_rvm.py``'s 41 rows and its sinc
+#: N = 2000 (γ = 0.25: +1.87 nats over 'auto' without the hold, on both); on sinc20
+#: (N = 500–6000, eight data sets where the hold runs) +15.7 nats over 'auto' without
+#: the hold in all against +14.9 (single sets differ by up to 2.7 nats either way:
+#: N = 500, the test's, 0 against +0.88), the held phase stopping at 62–89 functions
+#: instead of 81–126, the hold's CPU about 20% lower; at N = 5000 (seed 0): +3.10
+#: nats (size budget alone +3.34) at 2.7× the CPU without the hold (3.3×), the Dask
+#: RVR 98 streamed passes (131; 47 without the hold). Where the held phase ends by
+#: itself (plain sinc at N = 5000 and 10 000, where the hold gains nothing) neither
+#: budget changes anything. A window of 30 iterations, checked at
+#: every iteration: 2.3 nats lower on one of the chapter's problems (trend,
+#: γ = 1/18); 30 checked every 10: +0.8 instead of +8.5 on sinc20 N = 4000 seed 1; 50
+#: checked at every iteration: −1.0 on sinc20 N = 5000. Where the held phase stops
+#: decides which maximum the phase with β learnt reaches, so each budget moves
+#: individual data sets by a few nats either way.
+HOLD_STALL = 50
 #: The 'auto' schedule's held phase also ends once the β that (rvm-noise) would give
 #: has changed by less than a factor e^RELEASE_TOL over the last `RELEASE_EVERY`
 #: iterations: the model then explains what it will of the targets, and what the
@@ -277,10 +303,12 @@ def run_to_end(loop, name=None):
 
 
 #: Where a `FastLoop` stands: the ``model`` (`FastModel`), the iterations so far,
-#: the iterations since the last β update, whether it has converged, and the log
-#: evidence and action (as in `FastResult`) of every iteration.
+#: the iterations since the last β update, whether it has converged, the log
+#: evidence and action (as in `FastResult`) of every iteration, and ``peak``: with
+#: ``stall`` (a held phase), the highest log evidence at the β (rvm-noise) gives seen
+#: so far and the iteration it was seen at, (L, n), or None.
 FastState = namedtuple(
-    "FastState", "model n_iter since_beta converged evidence actions"
+    "FastState", "model n_iter since_beta converged evidence actions peak"
 )
 
 
@@ -310,8 +338,11 @@ class FastLoop:
     rank-one updates, an interval adapted to the drift measured at each of them
     (`refresh`) to keep it below `DRIFT_MAX`.
 
-    ``max_size`` is a budget: the run ends (as converged: its rule met, like the
-    release of a held phase) once the model holds that many basis functions.
+    ``max_size`` and ``stall`` are budgets: the run ends (as converged: its rule met,
+    like the release of a held phase) once the model holds ``max_size`` basis
+    functions, or once the log evidence at the β (rvm-noise) would give
+    (`evidence_at`, every `RELEASE_EVERY` iterations) has not risen for ``stall``
+    iterations (meant for β held; its record is the state's ``peak``).
 
     ``beta`` replaces the starting β (with ``update_beta=False``, the fixed β;
     with β learnt, at most the cap ``BETA_MAX_FACTOR``/var(t)),
@@ -340,9 +371,11 @@ class FastLoop:
         polish=True,
         release=None,
         max_size=None,
+        stall=None,
     ):
         self.Phi, self.usable, self.t = Phi, usable, t
         self.polish, self.release, self.max_size = polish, release, max_size
+        self.stall = stall
         self.max_iter, self.tol, self.update_beta = max_iter, tol, update_beta
         self.alignment_max = alignment_max
         self.PhiT_t = t @ Phi
@@ -367,7 +400,7 @@ class FastLoop:
             alpha = self.alpha0.copy()
             active = np.flatnonzero(np.isfinite(alpha))
         model = self._refresh(initial_model(self.Phi, active, alpha, self.beta0))
-        return FastState(model, 0, 0, False, [], [])
+        return FastState(model, 0, 0, False, [], [], None)
 
     def _refresh(self, model, measure=False):
         """`refresh` of ``model`` on this loop's data."""
@@ -464,8 +497,12 @@ class FastLoop:
             converged = converged or released
         if self.max_size is not None and len(model.active) >= self.max_size:
             converged = True  # the size budget spent: the run ends here
+        peak = state.peak
+        if self.stall is not None and n_iter % RELEASE_EVERY == 0:
+            peak = self._peak(model, peak, n_iter)
+            converged = converged or n_iter - peak[1] >= self.stall
         return FastState(
-            model, n_iter, since_beta, converged, state.evidence, state.actions
+            model, n_iter, since_beta, converged, state.evidence, state.actions, peak
         )
 
     def _polish_due(self, model, new_alpha, gain, actions):
@@ -508,6 +545,15 @@ class FastLoop:
         settled = last is not None and abs(np.log(estimate / last)) < self.release
         return model._replace(noise_estimate=estimate), settled
 
+    def _peak(self, model, peak, n_iter):
+        """``peak`` (`FastState`) after iteration ``n_iter``: the log evidence of the
+        model at the β (rvm-noise) would give now, (L, n_iter) if it is the highest
+        seen."""
+        N = len(self.t)
+        beta = noise_update(model, N, BETA_MAX_FACTOR / np.var(self.t))
+        L = evidence_at(model, beta, N)
+        return (L, n_iter) if peak is None or L > peak[0] else peak
+
     def _after_polish(self, state, polished, n_iter):
         """The state after a `polish_model` step: α of the model and β set, every
         statistic factorised afresh."""
@@ -523,7 +569,7 @@ class FastLoop:
         state.actions.append(("polish", int(np.sum(np.isinf(polished.alpha)))))
         since_beta = 0 if self.update_beta else state.since_beta + 1
         return FastState(
-            model, n_iter, since_beta, False, state.evidence, state.actions
+            model, n_iter, since_beta, False, state.evidence, state.actions, state.peak
         )
 
     def result(self, state):
@@ -556,6 +602,17 @@ class FastLoop:
         )
 
 
+def evidence_at(model, beta, N):
+    """The log evidence of ``model``'s α at the noise precision ``beta`` (label
+    ``rvm-evidence-split``), from its coordinates: one Cholesky factor of
+    H = I + βRA⁻¹Rᵀ, O(m³), nothing else of the model changed."""
+    active = model.active
+    L = cholesky_H(model.Psi[:, active], model.alpha[active], beta)
+    z = lapack.dtrtrs(L, model.tau, lower=1)[0]
+    log_det_H = 2.0 * np.sum(np.log(np.diag(L)))
+    return split_log_evidence(N, beta, log_det_H, z @ z, model.perp)
+
+
 def check_beta_schedule(beta_schedule):
     """Refuse a β schedule that is not one of `BETA_SCHEDULES`."""
     if beta_schedule not in BETA_SCHEDULES:
@@ -572,15 +629,16 @@ def held_then_released(
     *,
     release=None,
     max_size=None,
+    stall=None,
     drive=run_to_end,
     name="hold",
     **settings,
 ):
     """The 'hold' schedule: the sequential algorithm at the starting β, to the
     tolerance ``hold_tol`` on log α (or, with ``release``, until the noise it
-    implies settles; with ``max_size``, until the model holds that many basis
-    functions: `FastLoop`), then from that model with β learnt. Each run is a
-    `FastLoop` given to ``drive`` (`run_to_end`) with a name."""
+    implies settles; with ``max_size`` and ``stall``, within those budgets:
+    `FastLoop`), then from that model with β learnt. Each run is a `FastLoop` given
+    to ``drive`` (`run_to_end`) with a name."""
     held = drive(
         FastLoop(
             Phi_unit,
@@ -589,6 +647,7 @@ def held_then_released(
             update_beta=False,
             release=release,
             max_size=max_size,
+            stall=stall,
             **{**settings, "tol": hold_tol},
         ),
         f"{name}-held",
@@ -682,9 +741,11 @@ def fast_schedule(Phi_unit, usable, t, beta_schedule, *, drive=run_to_end, **set
     with a `final_pass` at a looser alignment test. When that run `stalled` it runs
     'hold' in full as well (with its own final pass); when the final pass `moved`
     the model (the alignment test held back basis functions the evidence wants, on
-    densely sampled data) it runs 'hold' with its held phase bounded to
-    `HOLD_SIZE_FACTOR` times the model's size: unbounded, where the model grows
-    with the data, that phase adds hundreds of functions (measured: sinc20 of
+    densely sampled data) it runs 'hold' with its held phase bounded: it ends once
+    the evidence at the β (rvm-noise) gives has not risen for `HOLD_STALL`
+    iterations, or at the latest once the model holds `HOLD_SIZE_FACTOR` times the
+    final pass's basis functions. Unbounded, where the model grows with the data,
+    that phase adds hundreds of functions (measured: sinc20 of
     ``benchmarks/bench_dask_rvm.py`` at N = 5000, 842 functions in 3000
     iterations, 180 s against 1 s). (The fast-algorithm chapter measures all of
     them.) Every run is a `FastLoop` given to ``drive``; ``settings`` go to
@@ -708,13 +769,16 @@ def fast_schedule(Phi_unit, usable, t, beta_schedule, *, drive=run_to_end, **set
         )
         runs += [first, final]
         if stalled(first) or moved(first, final):  # hold β until the α settle
+            # a stalled run's hold unbounded; after a move, two budgets
             bound = None if stalled(first) else HOLD_SIZE_FACTOR * len(final.active)
+            stall = None if stalled(first) else HOLD_STALL
             hold = held_then_released(
                 Phi_unit,
                 usable,
                 t,
                 tol,
                 max_size=bound,
+                stall=stall,
                 drive=drive,
                 name="hold",
                 **settings,

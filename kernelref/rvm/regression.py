@@ -94,8 +94,9 @@ class RVR(RegressorMixin, BaseEstimator):
         'auto' (the default) holds the noise only while basis functions are
         being found, then learns it, ends with a final pass at a looser
         alignment test, and runs 'hold' too (with its own final pass): in full
-        if that run stalled, with its held phase bounded in size if the final
-        pass changed the model; the higher evidence is kept. See
+        if that run stalled, with its held phase bounded (once its evidence
+        stops rising, at most in size) if the final pass changed the model;
+        the higher evidence is kept. See
         ``kernelref.rvm.fast.fast_schedule``.
 
     Attributes

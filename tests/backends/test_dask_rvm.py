@@ -346,6 +346,54 @@ def test_interrupted_fit_resumes_to_the_same_model(client, tmp_path):
     assert resumed.store_ == str(store.resolve())
 
 
+def test_interrupted_hold_resumes_with_its_stall_record(client, tmp_path):
+    from kernelref.kernels import RBF
+    from kernelref.rvm.fast import HOLD_STALL, fast_schedule, unit_columns
+
+    # 'auto' on sinc20 at N = 500 runs the hold (its final pass moves the model),
+    # whose held phase ends by the stall rule: the evidence at the β (rvm-noise)
+    # gives peaks at a check and has not risen HOLD_STALL iterations later. The
+    # reference's own runs say where: the fit is interrupted after that peak and
+    # before the stop, and resumes only if the checkpoint carries the record
+    # (FastState.peak: a record started afresh would stop the phase later).
+    X, t = sinc20(500)
+    ends = {}
+
+    def drive(loop, name):
+        state = loop.start()
+        while not loop.done(state):
+            state = loop.step(state)
+        ends[name] = state
+        return loop.result(state)
+
+    Phi_unit, scales = unit_columns(design_matrix(RBF(1 / 18), X, X, True))
+    fast_schedule(Phi_unit, scales > 0, t, "auto", drive=drive)
+    held = ends["hold-held"]
+    peak_at = held.peak[1]
+    assert held.n_iter == peak_at + HOLD_STALL
+    stop_at = peak_at + HOLD_STALL // 2  # inside the window: recorded, not spent
+    params = dict(gamma=1 / 18, chunk_size=250, address=client.scheduler.address)
+    clean = dask_rvm.RVR(progress=False, **params).fit(X, t)
+    runs = []  # a record of iteration 1 starts each run of the schedule
+
+    def stop_in_held_hold(record):
+        if record.iteration == 1:
+            runs.append(record)
+        if len(runs) == 4 and record.iteration == stop_at:  # the 4th: hold-held
+            raise Interrupted
+
+    store = tmp_path / "fit.zarr"
+    with pytest.raises(Interrupted):
+        dask_rvm.RVR(store=store, progress=stop_in_held_hold, **params).fit(X, t)
+    seen = []
+    resumed = dask_rvm.RVR(store=store, progress=seen.append, **params).fit(X, t)
+    assert seen[0].iteration == stop_at + 1, "resumed inside the held phase"
+    assert resumed.n_iter_ == clean.n_iter_
+    np.testing.assert_array_equal(resumed.relevance_, clean.relevance_)
+    np.testing.assert_array_equal(resumed.alpha_, clean.alpha_)
+    np.testing.assert_array_equal(resumed.evidence_, clean.evidence_)
+
+
 def test_store_of_another_fit_is_refused(client, tmp_path):
     X, t = sinc(400, seed=5)
     store = tmp_path / "fit.zarr"

@@ -5,9 +5,10 @@
 (``fast_schedule(..., drive=)``). ``checkpointed_driver`` is the backend's
 driver: each run goes through ``runtime.run_loop`` under its own checkpoint
 name, and its state — the model (active set, α, β, the coordinates U and Ψ,
-S, Q, H⁻¹ …) and the iteration's logs — is stored as arrays (``encode``,
-``decode``), so that an interrupted fit resumes where it stopped and ends with
-the model of an uninterrupted one.
+S, Q, H⁻¹ …), the iteration's logs and the record of a held phase's stall rule
+(``FastState.peak``) — is stored as arrays and scalars (``encode``, ``decode``),
+so that an interrupted fit resumes where it stopped and ends with the model of an
+uninterrupted one.
 """
 
 import numpy as np
@@ -33,7 +34,10 @@ def encode(state):
     n = state.n_iter  # a step appends to the logs last: longer logs are not yet kept
     actions = state.actions[:n]
     names = sorted({a for a, _ in actions})  # "add", "delete", …
+    peak, peak_at = state.peak if state.peak is not None else (None, None)
     out.update(
+        peak=_plain(peak),  # JSON keeps a float exactly (its shortest repr)
+        peak_at=peak_at,
         n_iter=n,
         since_beta=state.since_beta,
         converged=bool(state.converged),
@@ -52,6 +56,7 @@ def decode(arrays):
         (arrays["action_names"][k], int(j))
         for k, j in zip(arrays["action_kind"], arrays["action_column"])
     ]
+    peak = arrays.get("peak")
     return FastState(
         model,
         int(arrays["n_iter"]),
@@ -59,6 +64,7 @@ def decode(arrays):
         bool(arrays["converged"]),
         list(arrays["evidence"]),
         actions,
+        None if peak is None else (float(peak), int(arrays["peak_at"])),
     )
 
 
