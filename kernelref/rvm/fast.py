@@ -24,6 +24,7 @@ two joint actions that `FastLoop` takes when they pay more: a Newton polish of
 every α (`kernelref.rvm.polish`) and a prune of several deletions at once.
 """
 
+import math
 from collections import namedtuple
 
 import numpy as np
@@ -430,8 +431,8 @@ class FastLoop:
             and not settled
             and gain[j] > 0
             # the best action a re-estimation (else no rule below holds)
-            and np.isfinite(model.alpha[j])
-            and np.isfinite(new_alpha[j])
+            and math.isfinite(model.alpha[j])
+            and math.isfinite(new_alpha[j])
             and self._polish_due(model, new_alpha, gain, state.actions)
         ):
             polished = polish_model(
@@ -440,18 +441,18 @@ class FastLoop:
             if polished.n_steps > 0:
                 return self._after_polish(state, polished, n_iter)
         pruned = False
-        if self.update_beta and gain[j] > 0 and np.isinf(new_alpha[j]):
+        if self.update_beta and gain[j] > 0 and math.isinf(new_alpha[j]):
             pruned, model = self._prune(model, new_alpha, gain, j)
         if pruned:
             action, j = "prune", pruned  # the record: how many were deleted
         elif gain[j] <= 0:
             # No single α change raises the evidence: only β may still move.
             action = "none"
-        elif np.isinf(new_alpha[j]):
+        elif math.isinf(new_alpha[j]):
             action = "delete"
             gamma_j = model.S[j] / model.alpha[j]  # γ_j = 1 − α_jΣ_jj
             model = delete_basis_function(model, j, self.alignment_max)
-        elif not np.isfinite(model.alpha[j]):
+        elif not math.isfinite(model.alpha[j]):
             action = "add"
             expect_additions(self.Phi, model, gain)
             if model.residual[j] < SPAN_RESIDUAL_MIN and not model.dead[j]:
@@ -584,7 +585,7 @@ class FastLoop:
             model.beta,
             N,
         )
-        gamma = gamma_factors(model.alpha[active], np.diag(post.Sigma))
+        gamma = gamma_factors(model.alpha[active], post.Sigma.diagonal())
         return FastResult(
             active,
             model.alpha[active],

@@ -22,6 +22,7 @@ from kernelref.rvm.coordinates import (
     drop_coordinate,
     fresh_statistics,
     measured_drift,
+    orthonormal_basis,
     orthonormal_coordinates,
     rank_one_SQ,
     reestimate_step,
@@ -199,7 +200,7 @@ def refresh(model, Phi, usable, t, PhiT_t, alignment_max, measure=False):
         U, Psi = drop_coordinate(U, Psi, Psi[:, active])
     align = model.align  # kept exact by every action
     if align is None and alignment_max < 1:  # |φ_iᵀφ_j|, j in the model
-        align = np.max(np.abs(Psi.T @ Psi[:, active]), axis=1)
+        align = np.abs(Psi.T @ Psi[:, active]).max(axis=1)
     tau = U.T @ t
     perp = max(t @ t - tau @ tau, 0.0)  # ‖(I − UUᵀ)t‖²
     residual = model.residual  # span_residual of Ψ, kept by every action …
@@ -239,14 +240,16 @@ def choose_action(model, usable, tol, alignment_max):
     (`action_gains`), and whether the α have settled (see `fast_on_unit_columns`)."""
     alpha, active = model.alpha, model.active
     s, q = sparsity_quality(model.S, model.Q, alpha, active)
-    new_alpha, gain = action_gains(
-        alpha, active, s, q, refused_additions(model, usable, alignment_max)
-    )
+    # Only a column with q² − s above ZERO_FACTOR could join: whether the others
+    # are refused does not matter to the gains.
+    wanted = q * q - s > ZERO_FACTOR
+    refused = refused_additions(model, usable, alignment_max, wanted)
+    new_alpha, gain = action_gains(alpha, active, s, q, refused)
     small = np.abs(np.log(new_alpha[active] / alpha[active])) < tol
     # A re-estimation within the tolerance already counts as converged, and gains
     # only O((Δ log α)²): it is not worth an iteration.
     gain[active[small]] = 0.0
-    j = int(np.argmax(gain))
+    j = int(gain.argmax())
     # Settled: every α in the model within the tolerance (so none leaves it) and
     # no column outside it with a finite optimum.
     settled = small.all() and np.count_nonzero(np.isfinite(new_alpha)) == len(active)
@@ -255,18 +258,24 @@ def choose_action(model, usable, tol, alignment_max):
     return j, new_alpha, gain, bool(settled or gain[j] <= 0)
 
 
-def refused_additions(model, usable, alignment_max):
+def refused_additions(model, usable, alignment_max, wanted=None):
     """The columns outside the model that may not join it: unusable (zero) columns,
     those inside the model's span to within `SPAN_RESIDUAL_MIN`, and those aligned
-    with a basis function in it beyond ``alignment_max``."""
+    with a basis function in it beyond ``alignment_max``. With ``wanted`` (a mask
+    of the columns whose answer matters), the others may be reported refused
+    without the test of the model's span, which costs a QR factorisation."""
     active = model.active
     # Only a new direction needs a residual above SPAN_RESIDUAL_MIN: a deleted
     # column rejoins along the direction U still holds for it.
     near = (model.residual < SPAN_RESIDUAL_MIN) & ~model.dead
     near[active] = False
-    if model.U.shape[1] > len(active) and near.any():
+    if (
+        model.U.shape[1] > len(active)
+        and near.any()
+        and (wanted is None or (near & wanted).any())
+    ):
         # U spans deleted columns too: the test is against the model's own span.
-        index = np.flatnonzero(near)
+        index = near.nonzero()[0]
         near[index] = outside_model_span(model, index) < SPAN_RESIDUAL_MIN
     refused = near
     refused |= ~usable
@@ -281,7 +290,7 @@ def outside_model_span(model, index):
     model's columns, when U also spans the directions of columns deleted since the
     last refactorisation: the part outside U (``residual``) and the part of ψ_i
     outside the span of R = Ψ_M."""
-    W, _ = np.linalg.qr(model.Psi[:, model.active])
+    W = orthonormal_basis(model.Psi[:, model.active])
     X = model.Psi[:, index]
     X = X - W @ (W.T @ X)
     return model.residual[index] + np.einsum("mi,mi->i", X, X)
@@ -396,9 +405,9 @@ def delete_basis_function(model, j, alignment_max):
         # Only the columns whose closest model column was j can lose alignment.
         Psi = model.Psi
         # (j itself among them; the factor absorbs the rounding of recomputed cosines).
-        affected = np.flatnonzero(np.abs(Psi.T @ Psi[:, j]) >= align * (1 - 1e-9))
+        affected = (np.abs(Psi.T @ Psi[:, j]) >= align * (1 - 1e-9)).nonzero()[0]
         align = align.copy()
-        align[affected] = np.max(np.abs(Psi[:, affected].T @ Psi[:, active]), axis=1)
+        align[affected] = np.abs(Psi[:, affected].T @ Psi[:, active]).max(axis=1)
     own = (alpha_j + s_j) / alpha_j
     return _rank_one(
         model, j, v, kappa, G, own, alpha=alpha, active=active, dead=dead, align=align
@@ -430,7 +439,7 @@ def near_maximum(model, new_alpha, best):
     if best > 0:
         return False
     a = model.active
-    return bool(np.all(np.abs(np.log(new_alpha[a] / model.alpha[a])) < POLISH_NEAR))
+    return bool((np.abs(np.log(new_alpha[a] / model.alpha[a])) < POLISH_NEAR).all())
 
 
 def polish_pays(model, gain, best, actions):

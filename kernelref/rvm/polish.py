@@ -55,11 +55,11 @@ def _posterior(K, Rt_tau, tau_tau, perp, alpha, beta, N):
     mu = lapack.dpotrs(L, beta * Rt_tau, lower=1)[0]
     # ‖τ − Rμ‖² = τᵀτ − 2μᵀRᵀτ + μᵀKμ
     e = perp + max(tau_tau - 2 * mu @ Rt_tau + mu @ (K @ mu), 0.0)
-    log_det = 2.0 * np.sum(np.log(np.diag(L)))
+    log_det = 2.0 * np.log(L.diagonal()).sum()
     log_evidence = -0.5 * (
         N * np.log(2 * np.pi)
         - N * np.log(beta)
-        - np.sum(np.log(alpha))
+        - np.log(alpha).sum()
         + log_det
         + beta * e
         + mu @ (alpha * mu)
@@ -89,13 +89,13 @@ def evidence_derivatives(R, tau, perp, alpha, beta, N, learn_beta=True):
 
 def _derivatives(Sigma, mu, e, alpha, beta, N, learn_beta):
     m = len(alpha)
-    d = np.diag(Sigma)
+    d = Sigma.diagonal()
     g = 0.5 * (1.0 - alpha * (mu**2 + d))
     a_mu = alpha * mu
     # H = (Aμ)(Aμ)ᵀ∘Σ + ½ααᵀ∘Σ∘Σ, in place (the same products, fewer m×m arrays)
-    H = np.outer(a_mu, a_mu)
+    H = np.multiply(a_mu[:, None], a_mu)  # np.outer's arithmetic
     H *= Sigma
-    half = np.outer(alpha, alpha)
+    half = np.multiply(alpha[:, None], alpha)
     half *= 0.5
     half *= np.square(Sigma)
     H += half
@@ -105,10 +105,10 @@ def _derivatives(Sigma, mu, e, alpha, beta, N, learn_beta):
     AS = alpha[:, None] * Sigma  # AΣ
     nu = Sigma @ a_mu  # ΣAμ
     SAS_diag = np.einsum("ij,ji->i", Sigma, AS)  # (ΣAΣ)_ii
-    tr_AS = np.trace(AS)
+    tr_AS = AS.trace()
     g_beta = 0.5 * (N - m + tr_AS - beta * e)
     h_ab = -a_mu * nu + 0.5 * alpha * (d - SAS_diag)
-    h_bb = 0.5 * (-tr_AS + np.sum(AS * AS.T) - beta * e) + a_mu @ nu
+    h_bb = 0.5 * (-tr_AS + (AS * AS.T).sum() - beta * e) + a_mu @ nu
     H_full = np.empty((m + 1, m + 1))
     H_full[:m, :m] = H
     H_full[:m, m] = H_full[m, :m] = h_ab
@@ -173,18 +173,18 @@ def newton_polish(
         return Polished(out, beta, L, n_steps, reason)
 
     for n_steps in range(max_steps):
-        d = np.diag(Sigma)
+        d = Sigma.diagonal()
         # s_i = γ_i/Σ_ii with γ_i = 1 − α_iΣ_ii = β(ΣK)_ii, which does not cancel
         # when α_i ≫ s_i; q_i = μ_i/Σ_ii.
         s = beta * np.einsum("ij,ji->i", Sigma, K) / d
         q = mu / d
         irrelevant = q**2 - s <= zero_factor
-        if len(keep) > 1 and np.any(irrelevant):
+        if len(keep) > 1 and irrelevant.any():
             ell = 0.5 * (np.log(alpha / (alpha + s)) + q**2 / (alpha + s))
-            if np.all(irrelevant):  # the last basis function stays
+            if irrelevant.all():  # the last basis function stays
                 irrelevant[np.argmax(ell)] = False
             for drop in (irrelevant, np.arange(len(keep)) == np.argmin(ell)):
-                rest = np.flatnonzero(~drop)
+                rest = (~drop).nonzero()[0]
                 K_rest = K[np.ix_(rest, rest)]
                 trial = _posterior(
                     K_rest, Rt_tau[rest], tau_tau, perp, alpha[rest], beta, N
@@ -202,7 +202,7 @@ def newton_polish(
         if fit_beta and beta >= beta_max and step[m] > 0:  # β held at its cap
             step = _ascent_direction(g[:m], H[:m, :m])
             fit_beta = False
-        biggest = np.max(np.abs(step))
+        biggest = np.abs(step).max()
         if biggest < tol:  # settled; the step is not taken (see `newton_polish`)
             return finish(n_steps, "settled")
         if biggest > MAX_LOG_STEP:

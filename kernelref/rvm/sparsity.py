@@ -75,7 +75,7 @@ def action_gains(alpha, active, s, q, refused):
     model's span; those in the model, ``active``, are never refused) are not allowed.
     """
     theta = q * q - s
-    to = np.flatnonzero((theta > ZERO_FACTOR) & ~refused)
+    to = ((theta > ZERO_FACTOR) & ~refused).nonzero()[0]
     s_to = s[to]
     r = theta[to] / s_to
     new_alpha = np.full(len(s), np.inf)

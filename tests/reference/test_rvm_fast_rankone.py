@@ -238,6 +238,63 @@ def test_span_test_is_against_the_model_span_after_a_deletion():
     assert model.residual[20] < 1e-12 and outside_model_span(model, [20])[0] > 1e-3
 
 
+def test_span_test_skipped_only_for_columns_whose_refusal_cannot_matter():
+    """`refused_additions` given ``wanted`` answers as without it on every wanted
+    column (it may skip the span test, a QR, when no wanted column needs it), so
+    `choose_action`, which passes the columns with q² − s above ZERO_FACTOR, gets
+    the gains of the full test."""
+    from kernelref.rvm.fast import ZERO_FACTOR, action_gains, refused_additions
+
+    Phi, usable, t = unit_problem(seed=2, n=30, gamma=0.05)
+    alpha = np.full(Phi.shape[1], np.inf)
+    alpha[1:] = 1.0  # every kernel column: U spans all 30 dimensions
+    model = refresh(
+        initial_model(Phi, np.flatnonzero(np.isfinite(alpha)), alpha, 10.0),
+        Phi,
+        usable,
+        t,
+        Phi.T @ t,
+        ALIGNMENT_MAX,
+    )
+    model = delete_basis_function(model, 7, ALIGNMENT_MAX)
+    full = refused_additions(model, usable, ALIGNMENT_MAX)
+    assert model.U.shape[1] > len(model.active) and full[0] != (
+        model.residual[0] < 1e-10
+    )  # the bias column: inside U's span, outside the model's
+    rng = np.random.default_rng(0)
+    P = Phi.shape[1]
+    for wanted in (np.zeros(P, bool), np.ones(P, bool), rng.random(P) < 0.5):
+        refused = refused_additions(model, usable, ALIGNMENT_MAX, wanted)
+        np.testing.assert_array_equal(refused[wanted], full[wanted])
+    s, q = sparsity_quality(model.S, model.Q, model.alpha, model.active)
+    wanted = q * q - s > ZERO_FACTOR
+    given = action_gains(
+        model.alpha,
+        model.active,
+        s,
+        q,
+        refused_additions(model, usable, ALIGNMENT_MAX, wanted),
+    )
+    expected = action_gains(model.alpha, model.active, s, q, full)
+    for a, b in zip(given, expected):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("shape", [(80, 1), (80, 7), (118, 40), (240, 129)])
+def test_orthonormal_basis_equals_numpy_qr(shape):
+    """`orthonormal_basis` (LAPACK's dgeqrf and dorgqr called directly) gives
+    ``np.linalg.qr``'s Q, row-major like it, also for nearly collinear columns."""
+    from kernelref.rvm.coordinates import orthonormal_basis
+
+    rng = np.random.default_rng(shape[1])
+    A = rng.standard_normal(shape)
+    for B in (A, A[:, :1] + 1e-4 * A):
+        Q = orthonormal_basis(B)
+        assert Q.flags.c_contiguous
+        np.testing.assert_allclose(Q, np.linalg.qr(B)[0], rtol=0, atol=1e-12)
+        np.testing.assert_allclose(Q.T @ Q, np.eye(shape[1]), atol=1e-12)
+
+
 @pytest.mark.parametrize("sign", [1, -1])
 def test_cholesky_rank_one_equals_a_fresh_factorisation(sign):
     """(rvm-cholesky-rank-one): L' = LT and Z' = T⁻¹Z, z' = T⁻¹z against the
