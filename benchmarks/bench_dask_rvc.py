@@ -28,6 +28,85 @@ each approximation's passes counted from its norms pass to its end.
 Run old code with this file: ``cd WT && PYTHONPATH=WT python
 /path/to/bench_dask_rvc.py`` (the per-path split reads the approximations'
 checkpoint names, which older code names without the path).
+
+Measured 2026-11-24, 13:55-14:40 UTC, on a shared machine (two cores, three
+other engineers' benchmarks; load average 1.5-9.7): the times are noisy, the
+passes and evidence are not. At every commit and width below the backend kept
+the reference's relevance vectors, its evidence to 2e-8 and max |p_dask -
+p_ref| below 5e-8 (at N = 10 000 ripley its loop ran one iteration more, 713
+against 712, to the same model).
+
+N = 5000, c = 1, passes (ripley / classif) and the kept Laplace log evidence:
+
+=============================  ==========  ====================  ==========
+code                           passes      log evidence          approx.
+=============================  ==========  ====================  ==========
+3d25b8f (one path, empty)       93 / 140   -1107.39 / -1001.75    8 / 8
+0254419 = 2055f92^, eaae011    201 / 385   -1108.50 / -1004.78   27 / 49
+0529391 (main at 13:50)        233 / 251   -1108.50 / -1010.98   26 / 19
+0529391 + one-pass norms       207 / 232   the same              26 / 19
+=============================  ==========  ====================  ==========
+
+("approx.": Gaussian approximations over all paths; 3d25b8f ran the
+sequential algorithm to convergence on each, from the empty model only;
+eaae011 ran the empty path, then the re-estimated one, in full.) The passes
+rose 1.8-2.5x since the one-path code, and the evidence fell by 1.1 and
+9.2 nats.
+
+Where main's passes go (ripley N = 5000, c = 1, 233 passes, by the caller of
+each pass): each of the 26 approximations makes three passes however little
+its loop does (the norms, Φ̃ᵀt̃, the warm start's coordinates UᵀΦ̃: 78), the
+additions of columns nearly inside the model's span (‖r‖² below
+``GRAM_ROW_RESIDUAL_MIN`` = 1e-4, so the kept Gram row would lose digits)
+take one pass each (120), and Gram-row batches 35. The dense start's column
+choice and its ten re-estimations make none (N × 200 and N × 50 columns on
+the client). The in-span additions come in bursts on the approximations
+where the loop's tolerance has just tightened and the model shrinks
+(re-estimated path's sixth: 246 loop iterations, 21 -> 14 functions, 30
+such passes; empty path's seventh: 214 iterations, 17); 13 approximations
+whose loop ran 1-3 iterations still cost 3 passes each (39). The two paths
+split the passes about evenly (104 and 129); here the empty path's result
+is kept and the re-estimated path's 104 passes bought nothing.
+
+The fix made here (``backends/dask/rvm/classification.py``): the norms and
+Φ̃ᵀt̃ of each approximation in one pass (the same pieces, products and
+order, so the same digits and path): 233 -> 207 and 251 -> 232 passes. The
+warm start's UᵀΦ̃ cannot join that pass: U is the QR of the model's unit
+columns, whose norms that pass computes (through the Gram rows instead, the
+triangular solve loses the digits the wide kernels need).
+
+Main (with the fix) at other widths and N, passes and seconds (the backend
+/ the reference in memory; with the kernel cached by the workers a pass
+costs about what its floor does):
+
+- N = 5000, c = 0.25: ripley 151 passes, 10.96 s / 6.93 s; classif 242,
+  14.64 s / 7.18 s. c = 4: ripley 272, 22.33 s / 11.25 s; classif 221,
+  33.28 s / 18.27 s.
+  The one-path code (3d25b8f) at N = 5000: ripley c = 0.25 63 passes
+  (-1135.91 against main's -1136.77), c = 4 115 (-1088.43 against
+  -1086.47); classif c = 4 200 (-947.36 against -950.80).
+- N = 10 000, c = 1: ripley 199 passes, 26.5 s / 37.8 s (0.70); classif
+  248, 50.1 s / 59.8 s (0.84).
+- ``--cache-mb 0`` (every pass forms the kernel, as out of core), N = 5000,
+  c = 1: ripley 207 passes in 16.4 s of passes (main before the fix 233 in
+  13.4 s) and classif 232 in 14.7 s (251 in 18.8 s): 1.9-2.8x the floor per
+  pass, and the backend 2.2-2.9x the reference's time.
+
+The paths at scale (the reference in memory, N = 5000, both seeds, c = 0.25,
+1, 4: 12 problems; main's default against 3d25b8f's single path and against
+each of main's paths alone): main is below the one-path code on 8 of 12
+(classif s0 c = 0.25 -49.9 nats, where that code took 11 212 loop
+iterations and 185 s; s0 c = 1 -9.2; s1 c = 4 -5.8; s0 c = 4 -3.4; ripley
+-0.3 to -1.1) and above it on 4 (+2.0 to +6.9). The empty path is kept on 7
+of 12. The abandonment rule (``rvc_fast.ABANDON_MARGIN`` = 8 nats after 5
+approximations, calibrated at N = 250) lost evidence on 2 of 12: the empty
+path was 9.4 and 14.1 nats behind after its fifth approximation and gained
+11.9 and 23.3 more (classif s0 c = 1: -2.5 nats kept; s1 c = 4: -9.2),
+where at N = 250 none gained more than 10.8; the Laplace evidence grows with
+N, and a fixed margin in nats abandons more paths the larger N is.
+Proposed to ``rvc_fast``'s owner, not changed here: a margin that scales
+with N (or a per-point margin); and, for the backend's passes, fewer
+approximations in the tolerance's tail (each costs two passes at least).
 """
 
 import argparse
