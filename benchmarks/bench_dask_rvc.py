@@ -84,13 +84,20 @@ costs about what its floor does):
   33.28 s / 18.27 s.
   The one-path code (3d25b8f) at N = 5000: ripley c = 0.25 63 passes
   (-1135.91 against main's -1136.77), c = 4 115 (-1088.43 against
-  -1086.47); classif c = 4 200 (-947.36 against -950.80).
+  -1086.47); classif c = 4 200 (-947.36 against -950.80); classif
+  c = 0.25 557 passes, where its reference fit took 11 212 loop iterations
+  (76-185 s) to -1112.25, 49.9 nats above main, and the backend did not
+  follow it (11 164 iterations, 28 relevance vectors against 31, -1.99 nats,
+  max |p_dask - p_ref| = 0.33): that code's best row was not reproducible.
 - N = 10 000, c = 1: ripley 199 passes, 26.5 s / 37.8 s (0.70); classif
   248, 50.1 s / 59.8 s (0.84).
 - ``--cache-mb 0`` (every pass forms the kernel, as out of core), N = 5000,
   c = 1: ripley 207 passes in 16.4 s of passes (main before the fix 233 in
   13.4 s) and classif 232 in 14.7 s (251 in 18.8 s): 1.9-2.8x the floor per
-  pass, and the backend 2.2-2.9x the reference's time.
+  pass, and the backend 2.2-2.9x the reference's time. Repeated at
+  14:24 (load average 5): 233 -> 207 and 251 -> 232 passes again, but a
+  pass took 0.08-0.14 s from run to run, so no time gain can be read; the
+  saving is the passes.
 
 The paths at scale (the reference in memory, N = 5000, both seeds, c = 0.25,
 1, 4: 12 problems; main's default against 3d25b8f's single path and against
@@ -104,8 +111,14 @@ path was 9.4 and 14.1 nats behind after its fifth approximation and gained
 11.9 and 23.3 more (classif s0 c = 1: -2.5 nats kept; s1 c = 4: -9.2),
 where at N = 250 none gained more than 10.8; the Laplace evidence grows with
 N, and a fixed margin in nats abandons more paths the larger N is.
-Proposed to ``rvc_fast``'s owner, not changed here: a margin that scales
-with N (or a per-point margin); and, for the backend's passes, fewer
+Without the abandonment the two would have kept +2.5 and +9.2 nats at
+13 - 5 and 68 - 5 more approximations of the empty path (two passes each
+at least, and their additions). On these 12 problems the empty path alone
+ends at or above main's default on 9 (by +2.5 and +9.2 on two, -0.06 to
+-2.5 on three, 8.6 nats more in all) with 11-68 approximations against
+main's 29-56 α iterations (ten of them re-estimations, which cost no pass). Proposed to ``rvc_fast``'s owner, not
+changed here: an abandonment margin that grows with N, or at large N the
+empty path first or alone; and, for the backend's passes, fewer
 approximations in the tolerance's tail (each costs two passes at least).
 """
 
