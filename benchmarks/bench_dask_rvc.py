@@ -116,10 +116,11 @@ Without the abandonment the two would have kept +2.5 and +9.2 nats at
 at least, and their additions). On these 12 problems the empty path alone
 ends at or above main's default on 9 (by +2.5 and +9.2 on two, -0.06 to
 -2.5 on three, 8.6 nats more in all) with 11-68 approximations against
-main's 29-56 α iterations (ten of them re-estimations, which cost no pass). Proposed to ``rvc_fast``'s owner, not
-changed here: an abandonment margin that grows with N, or at large N the
-empty path first or alone; and, for the backend's passes, fewer
-approximations in the tolerance's tail (each costs two passes at least).
+main's 29-56 α iterations (ten of them re-estimations, which cost no
+pass). Proposed to ``rvc_fast``'s owner, not changed here: an abandonment
+margin that grows with N, or at large N the empty path first or alone; and,
+for the backend's passes, fewer approximations in the tolerance's tail
+(each costs two passes at least).
 """
 
 import argparse
