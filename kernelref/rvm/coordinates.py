@@ -22,7 +22,7 @@ addition touches the N rows of Φ (the product Φᵀu).
 import numpy as np
 from scipy.linalg import cholesky, lapack, solve_triangular
 
-from kernelref.rvm.design import Posterior, log_evidence, precision_factor
+from kernelref.rvm.design import posterior
 
 __all__ = [
     "GRAM_ROW_RESIDUAL_MIN",
@@ -179,19 +179,9 @@ def coordinate_posterior(R, tau, perp, alpha, beta, N):
     and t − Uτ, of squared norm ``perp`` = ‖t‖² − ‖τ‖², outside it, where the
     model is noise alone: L = L_R(τ) + log N(t − Uτ | 0, β⁻¹I_(N−m)).
     """
-    post = _posterior(R, tau, alpha, beta)
+    post = posterior(R, tau, alpha, beta)
     outside = -0.5 * ((N - len(tau)) * np.log(2 * np.pi / beta) + beta * perp)
     return post._replace(log_evidence=post.log_evidence + outside)
-
-
-def _posterior(Phi, t, alpha, beta):
-    """``design.posterior``, its two solves by LAPACK directly (dpotrs, dtrtrs:
-    the routines its scipy wrappers call, without their checks)."""
-    L = precision_factor(Phi, alpha, beta)
-    mu = lapack.dpotrs(L, beta * (Phi.T @ t), lower=1)[0]
-    L_inv = _solve_lower(L, np.eye(len(alpha)))
-    Sigma = L_inv.T @ L_inv
-    return Posterior(mu, Sigma, L, log_evidence(Phi, t, alpha, beta, mu, L))
 
 
 # -- rank-one maintenance (Tipping & Faul 2003, §4; label ``rvm-SQ-rank-one``) ---------
