@@ -31,10 +31,11 @@ checkpoint names, which older code names without the path).
 
 Measured 2026-11-24, 13:55-14:40 UTC, on a shared machine (two cores, three
 other engineers' benchmarks; load average 1.5-9.7): the times are noisy, the
-passes and evidence are not. At every commit and width below the backend kept
-the reference's relevance vectors, its evidence to 2e-8 and max |p_dask -
-p_ref| below 5e-8 (at N = 10 000 ripley its loop ran one iteration more, 713
-against 712, to the same model).
+passes and evidence are not. Where the reference was fitted too, the backend
+kept its relevance vectors, its evidence to 2e-8 and max |p_dask - p_ref|
+below 5e-8 (at N = 10 000 ripley its loop ran one iteration more, 713
+against 712, to the same model), except on the one-path code's classif
+c = 0.25 (below).
 
 N = 5000, c = 1, passes (ripley / classif) and the kept Laplace log evidence:
 
@@ -94,6 +95,14 @@ costs about what its floor does):
   max |p_dask - p_ref| = 0.33): that code's best row was not reproducible.
 - N = 10 000, c = 1: ripley 199 passes, 26.5 s / 37.8 s (0.70); classif
   248, 50.1 s / 59.8 s (0.84).
+- N = 20 000, c = 1, the backend alone (``--n --scale-n 20000``; the kernel
+  no longer fits the workers' caches): ripley 262 passes, 142.8 s, of which
+  133.6 s in passes at 1.29x their floor, -4411.20, 16 relevance vectors
+  (the one-path code: 135 passes, 70.7 s, -4413.91, 12); classif 736
+  passes (500 re-estimated path, 236 empty), 500 s, 390 s in passes at
+  1.00x the floor and 110 s on the client, -4796.72, 91 relevance vectors.
+  Each Gram-row batch sends its rows to every task (dask warns of 14-25 MiB
+  graphs at N = 20 000): ``design.gram_row`` could scatter them once.
 - ``--cache-mb 0`` (every pass forms the kernel, as out of core), N = 5000,
   c = 1: ripley 207 passes in 16.4 s of passes (main before the fix 233 in
   13.4 s) and classif 232 in 14.7 s (251 in 18.8 s): 1.9-2.8x the floor per
@@ -240,7 +249,11 @@ def describe(name, model, seconds):
     )
 
 
-def compare(problem, n, c, client, per_entry, cache_mb=1024, chunk_size=2048):
+def compare(
+    problem, n, c, client, per_entry, cache_mb=1024, chunk_size=2048, reference=True
+):
+    """One problem: the reference in memory (unless not ``reference``: N too
+    large for it) and the backend, side by side."""
     from kernelref.rvm import RVC
 
     X, y, X_test = data(problem, n)
@@ -249,10 +262,11 @@ def compare(problem, n, c, client, per_entry, cache_mb=1024, chunk_size=2048):
         f"{problem}, N = {n}, γ = {gamma:g} (c = {c:g}), two workers, cache "
         f"{cache_mb:g} MB each"
     )
-    tick = time.perf_counter()
-    reference = RVC(gamma=gamma).fit(X, y)
-    t_ref = time.perf_counter() - tick
-    print(describe("reference", reference, t_ref))
+    if reference:
+        tick = time.perf_counter()
+        reference = RVC(gamma=gamma).fit(X, y)
+        t_ref = time.perf_counter() - tick
+        print(describe("reference", reference, t_ref))
     backend, per_path = counted_rvc(
         gamma=gamma,
         chunk_size=chunk_size,
@@ -268,20 +282,21 @@ def compare(problem, n, c, client, per_entry, cache_mb=1024, chunk_size=2048):
         describe("backend", backend, t_dask)
         + f"  ({info['passes']} passes, {info['pass_seconds']:.2f} s)"
     )
-    same = np.array_equal(backend.relevance_, reference.relevance_)
-    gap = backend.predict_proba(X_test) - reference.predict_proba(X_test)
-    print(
-        f"    same relevance vectors: {same}; evidence difference "
-        f"{backend.log_evidence_ - reference.log_evidence_:+.2e}; "
-        f"max |p_dask - p_ref| = {np.abs(gap).max():.2e}"
-    )
+    if reference:
+        same = np.array_equal(backend.relevance_, reference.relevance_)
+        gap = backend.predict_proba(X_test) - reference.predict_proba(X_test)
+        print(
+            f"    same relevance vectors: {same}; evidence difference "
+            f"{backend.log_evidence_ - reference.log_evidence_:+.2e}; "
+            f"max |p_dask - p_ref| = {np.abs(gap).max():.2e}; the backend / the "
+            f"reference = {t_dask / t_ref:.2f}"
+        )
     floor = n * n * per_entry / 2
     print(
         f"    a pass: {info['pass_seconds'] / info['passes']:.3f} s against a floor "
         f"of {floor:.3f} s (N² entries at {per_entry * 1e9:.2f} ns over two "
         f"workers): {info['pass_seconds'] / info['passes'] / floor:.2f}×; passes × "
-        f"floor {info['passes'] * floor:.2f} s; the backend / the reference = "
-        f"{t_dask / t_ref:.2f}"
+        f"floor {info['passes'] * floor:.2f} s"
     )
     for path, record in per_path.items():
         print(
@@ -304,6 +319,13 @@ def main(argv=None):
     )
     parser.add_argument("--widths", type=float, nargs="*", default=[1.0])
     parser.add_argument(
+        "--scale-n",
+        type=int,
+        nargs="*",
+        default=[],
+        help="N to fit with the backend alone (too large for the reference)",
+    )
+    parser.add_argument(
         "--cache-mb",
         type=float,
         default=1024,
@@ -323,6 +345,18 @@ def main(argv=None):
             for problem in args.problems:
                 for c in args.widths:
                     compare(problem, n, c, client, per_entry[problem], args.cache_mb)
+        for n in args.scale_n:
+            for problem in args.problems:
+                for c in args.widths:
+                    compare(
+                        problem,
+                        n,
+                        c,
+                        client,
+                        per_entry[problem],
+                        args.cache_mb,
+                        reference=False,
+                    )
 
 
 if __name__ == "__main__":
