@@ -100,7 +100,10 @@ costs about what its floor does):
   133.6 s in passes at 1.29x their floor, -4411.20, 16 relevance vectors
   (the one-path code: 135 passes, 70.7 s, -4413.91, 12); classif 736
   passes (500 re-estimated path, 236 empty), 500 s, 390 s in passes at
-  1.00x the floor and 110 s on the client, -4796.72, 91 relevance vectors.
+  1.00x the floor and 110 s on the client, -4796.72, 91 relevance vectors
+  (the one-path code: 368 passes, 228 s, -4800.90, 70). At this N main is
+  above the one-path code on both (+2.7 and +4.2 nats) for twice its
+  passes and 2.0-2.2x its time.
   Each Gram-row batch sends its rows to every task (dask warns of 14-25 MiB
   graphs at N = 20 000): ``design.gram_row`` could scatter them once.
 - ``--cache-mb 0`` (every pass forms the kernel, as out of core), N = 5000,
