@@ -28,6 +28,7 @@ from kernelref.rvm.regression import ALPHA_MAX
 from kernelref.rvm.rvc_fast import (  # re-exported: the chapter imports them here
     ABANDON_AFTER,
     ABANDON_MARGIN,
+    ABANDON_MARGIN_N,
     ACCELERATE_MAX,
     ACCELERATE_RATE,
     DENSE_START_SIZE,
@@ -40,6 +41,7 @@ from kernelref.rvm.rvc_fast import (  # re-exported: the chapter imports them he
     TIE,
     TOL_FRACTION,
     WIDE_START_SIZE,
+    abandon_margin,
     dense_approximation,
     dense_columns,
     dense_start,
@@ -71,6 +73,7 @@ from kernelref.rvm.softmax import (
 __all__ = [
     "ABANDON_AFTER",
     "ABANDON_MARGIN",
+    "ABANDON_MARGIN_N",
     "ACCELERATE_MAX",
     "ACCELERATE_RATE",
     "BERNOULLI",
@@ -89,6 +92,7 @@ __all__ = [
     "TIE",
     "TOL_FRACTION",
     "WIDE_START_SIZE",
+    "abandon_margin",
     "dense_approximation",
     "dense_columns",
     "dense_start",

@@ -31,6 +31,7 @@ from kernelref.rvm.rvc_laplace import (
 __all__ = [
     "ABANDON_AFTER",
     "ABANDON_MARGIN",
+    "ABANDON_MARGIN_N",
     "ACCELERATE_MAX",
     "ACCELERATE_RATE",
     "AcceleratedLaplace",
@@ -44,6 +45,7 @@ __all__ = [
     "TIE",
     "TOL_FRACTION",
     "WIDE_START_SIZE",
+    "abandon_margin",
     "dense_approximation",
     "dense_columns",
     "dense_start",
@@ -65,13 +67,22 @@ START_NAMES = ("empty", "dense", "reestimated")
 STARTS = ("reestimated", "empty")
 
 #: A path is abandoned once, after this many Gaussian approximations, the highest
-#: Laplace evidence it has reached is more than `ABANDON_MARGIN` nats below the
-#: evidence a path run before it ended with (`fast_path`'s ``rival``). Measured on
-#: the 48 problems of ``benchmarks/bench_rvc.py``: after the fifth approximation
-#: an empty path gained at most 10.8 nats more, and none that went on to beat the
-#: re-estimated path had been more than 5 nats below it there.
+#: Laplace evidence it has reached is more than `abandon_margin` nats below the
+#: evidence a path run before it ended with (`fast_path`'s ``rival``): at least
+#: `ABANDON_MARGIN`, growing as the square root of the points beyond
+#: `ABANDON_MARGIN_N` of them. Measured, the empty path's best evidence after five
+#: approximations against the re-estimated path's final one, on the problems of
+#: ``benchmarks/bench_rvc.py`` (N = 250, 379) and ``benchmarks/bench_dask_rvc.py``
+#: (Ripley-like and make_classification, c = 0.25, 1, 4, two seeds, N = 1000, 2000,
+#: 5000): the empty paths that went on to win were at most 3.7, 0.5, 10.1, 11.4
+#: and 14.1 nats behind (N = 250, 379, 1000, 2000, 5000); the margin is 8, 9.8,
+#: 16, 22.6 and 35.8 there. A fixed 8 nats abandoned winners by 3.7 (twice,
+#: N = 1000), 0.9 (N = 2000), 2.5 and 9.2 nats (N = 5000); 8 nats per 250 points
+#: lost none but ran breast cancer's (N = 379) losing paths to the end, 2.3×
+#: the fit time on one benchmark row.
 ABANDON_AFTER = 5
 ABANDON_MARGIN = 8.0
+ABANDON_MARGIN_N = 250
 
 #: The 'reestimated' path runs the alignment test at this fraction of
 #: ``alignment_max``'s distance from 1 (1 − 1e-5 by default): re-estimation's
@@ -270,6 +281,14 @@ def reestimated_start(Phi, t, likelihood, alpha, w, *, tol=1e-3):
     return alpha, w, fit.n_iter
 
 
+def abandon_margin(N):
+    """How far, in nats, a path's evidence may trail its rival's before it is
+    abandoned, for N points: `ABANDON_MARGIN`, times √(N/`ABANDON_MARGIN_N`) where
+    that is more (the evidence is a sum over the points; the gaps between its
+    maxima measured grow about so)."""
+    return ABANDON_MARGIN * max(1.0, np.sqrt(N / ABANDON_MARGIN_N))
+
+
 def fast_path(
     Phi,
     t,
@@ -308,11 +327,12 @@ def fast_path(
     settling onto its fixed point can lose evidence on the way), the loop stops,
     unconverged, and returns the fit with that evidence. It stops so too once,
     after `ABANDON_AFTER` approximations, that evidence is more than
-    `ABANDON_MARGIN` below ``rival`` (another path's final evidence): the path
+    `abandon_margin` below ``rival`` (another path's final evidence): the path
     is then not the one `fast_classifier` keeps.
     """
     approximation = dense_approximation if approximation is None else approximation
     P = Phi.shape[1]
+    margin = abandon_margin(Phi.shape[0] // likelihood.K)  # per point, not row
     w = np.zeros(P) if w is None else w
     active = (
         np.zeros(0, dtype=int) if alpha is None else np.flatnonzero(np.isfinite(alpha))
@@ -395,7 +415,7 @@ def fast_path(
             since_best += 1
             if since_best >= STALL_PATIENCE:
                 break
-        if n_iter >= ABANDON_AFTER and best.log_evidence < rival - ABANDON_MARGIN:
+        if n_iter >= ABANDON_AFTER and best.log_evidence < rival - margin:
             break
         last_change = change
     return best._replace(

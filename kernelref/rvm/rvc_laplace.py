@@ -70,6 +70,9 @@ ClassifierFit = namedtuple(
 class Bernoulli:
     """The logistic likelihood of binary labels, for the routines below."""
 
+    #: Rows of the design per point (the softmax has K).
+    K = 1
+
     @staticmethod
     def log_likelihood(a, t):
         """Σ log σ((2t − 1)a) (``kernelref.laplace.log_likelihood``)."""

@@ -19,6 +19,7 @@ from kernelref.rvm.classification import (
     DENSE_START_SIZE,
     REESTIMATED_ALIGNMENT_FACTOR,
     STALL_PATIENCE,
+    abandon_margin,
     dense_columns,
     dense_start,
     extrapolated,
@@ -376,6 +377,7 @@ def test_a_path_far_behind_its_rival_is_abandoned():
     # A rival within the margin of the best fit after ABANDON_AFTER approximations
     # changes nothing.
     ahead = max(free.evidence[:ABANDON_AFTER])
+    assert abandon_margin(len(t)) == ABANDON_MARGIN  # at N = 150, the floor
     near = fast_path(Phi, t, BERNOULLI, rival=ahead + ABANDON_MARGIN)
     np.testing.assert_array_equal(near.evidence, free.evidence)
     assert near.log_evidence == free.log_evidence
@@ -385,6 +387,23 @@ def test_a_path_far_behind_its_rival_is_abandoned():
     assert far.n_iter == ABANDON_AFTER and not far.converged
     np.testing.assert_array_equal(far.evidence, free.evidence[:ABANDON_AFTER])
     assert far.log_evidence == max(far.evidence)
+
+
+def test_the_abandon_margin_grows_with_the_points():
+    """At N = 600 the margin is 8√(600/250) = 12.4 nats: a path 10 nats behind its
+    rival goes on (with 8 nats it would stop), one a little more than the margin
+    behind stops."""
+    X, y = ripley_like(1, 600)
+    t = y.astype(float)
+    Phi = design_matrix(RBF(RIPLEY_GAMMA), X, X, bias=True)
+    assert abandon_margin(600) == pytest.approx(ABANDON_MARGIN * np.sqrt(600 / 250))
+    free = fast_path(Phi, t, BERNOULLI)
+    assert free.n_iter > ABANDON_AFTER
+    ahead = max(free.evidence[:ABANDON_AFTER])
+    near = fast_path(Phi, t, BERNOULLI, rival=ahead + 10.0)
+    assert near.log_evidence == free.log_evidence and near.n_iter == free.n_iter
+    far = fast_path(Phi, t, BERNOULLI, rival=ahead + abandon_margin(600) + 1e-6)
+    assert far.n_iter == ABANDON_AFTER and not far.converged
 
 
 def test_the_paths_run_in_order_with_their_alignment_tests_and_rivals(monkeypatch):
