@@ -171,6 +171,14 @@ cost of the sequential loop (``kernelref.rvm.fast``), the same arithmetic.
   0.06-0.2 s) is within 2x of the default there; what remains per approximation
   is arithmetic at m ~ 5-50 and the Newton modes of ``rvc_laplace``.
 
+The abandon margin at scale (2026-11-24, the lead, f188019): 8 nats abandoned
+empty paths that went on to win at N = 1000-5000 (``bench_dask_rvc``), so the
+margin grows as sqrt(N/250) beyond 250 points (``rvc_fast.abandon_margin``).
+Here only breast cancer (N = 379, margin 9.8) is affected: s0 c = 1 now runs
+its empty path out (40 approximations against 28; ratio 0.14), the rest as
+before (s1 c = 4 0.28). A margin of 8 per 250 points (12.1 at N = 379) also ran
+s1 c = 4's losing path out: 76 approximations, ratio 0.68.
+
 sklearn-rvm (``pip install sklearn-rvm``, the ``bench`` extra) is a benchmark-only
 peer; where it does not import, the benchmark says so and compares with
 re-estimation alone. Its EM reports no Laplace evidence, so only its time, vector
