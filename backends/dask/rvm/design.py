@@ -33,7 +33,12 @@ import numpy as np
 
 from backends.dask.blocks import kernel_block
 from backends.dask.runtime import gather
-from backends.dask.rvm.tasks import ROW_GROUP, left_product_chunk, squared_norms_chunk
+from backends.dask.rvm.tasks import (
+    ROW_GROUP,
+    left_product_chunk,
+    norms_and_product_chunk,
+    squared_norms_chunk,
+)
 from kernelref.rvm.design import check_kernel_columns
 
 __all__ = ["PREFETCH", "ROWS_MB", "ROW_GROUP", "StreamedDesign"]
@@ -83,23 +88,40 @@ class StreamedDesign:
         }
         self._seen, self._rows, self._expected = {}, {}, np.empty(0, dtype=int)
         self._hits = self._extra = 0
-        self._set_scales(unit)
+        self._set_scales(self._squared_norms() if unit else None)
 
-    def _set_scales(self, unit):
-        """c from one pass if ``unit``, else 1 (Φ itself)."""
-        self.scales = self._norms() if unit else np.ones(self.shape[1])
+    def _set_scales(self, squared):
+        """c from the kernel columns' squared norms (`_squared_norms`), the bias
+        column's being ‖b‖²; None: c = 1 (Φ itself)."""
+        if squared is None:
+            self.scales = np.ones(self.shape[1])
+        else:
+            kernel_part = np.sqrt(squared)
+            check_kernel_columns(kernel_part)
+            bias = [np.sqrt((self.weights**2).sum())] if self.bias else []
+            self.scales = np.concatenate([bias, kernel_part])
         self._inverse = np.where(
             self.scales > 0, 1 / np.maximum(self.scales, 1e-300), 0
         )
 
-    def reweighted(self, weights):
+    def reweighted(self, weights, t=None):
         """diag(b)Φ on unit columns, for the row weights b (the classifier's
-        B^½, label ``rvc-linearised-target``): one pass for the norms."""
+        B^½, label ``rvc-linearised-target``): one pass for the norms, which with
+        ``t`` also forms Φ̃ᵀt (`norms_and_product_chunk`), kept as ``t @ design``
+        would give it: the sequential algorithm asks for it first."""
         other = copy.copy(self)
         other.weights = np.asarray(weights, dtype=float)
         other._seen, other._rows = {}, {}
         other._hits = other._extra = 0
-        other._set_scales(True)
+        if t is None:
+            other._set_scales(other._squared_norms())
+            return other
+        t = np.asarray(t, dtype=float)
+        W = np.atleast_2d(t) * other.weights
+        w2 = other.weights**2
+        both = other._round(norms_and_product_chunk, other.shift, w2, W, other.cache_mb)
+        other._set_scales(both[0])
+        other._seen[_key(t)] = other._product(W, both[1:])[0]
         return other
 
     @property
@@ -134,15 +156,10 @@ class StreamedDesign:
         self.counts["pass_seconds"] += time.perf_counter() - tick
         return np.concatenate(parts, axis=-1)
 
-    def _norms(self):
-        """c: ‖b‖ for the bias column, √(Σ_n b²_n k(x_n, x_i)²) for column i."""
+    def _squared_norms(self):
+        """Σ_n b²_n k(x_n, x_i)² for every kernel column i: one pass."""
         w2 = self.weights**2
-        kernel_part = np.sqrt(
-            self._round(squared_norms_chunk, self.shift, w2, self.cache_mb)
-        )
-        check_kernel_columns(kernel_part)
-        bias = [np.sqrt(w2.sum())] if self.bias else []
-        return np.concatenate([bias, kernel_part])
+        return self._round(squared_norms_chunk, self.shift, w2, self.cache_mb)
 
     def columns(self, index):
         """Φ̃[:, index] (N × len(index)), from X on the client."""
@@ -215,17 +232,27 @@ class StreamedDesign:
         before (the targets t, once per run of a β schedule) is answered from
         memory."""
         V = np.asarray(V, dtype=float)
-        key = hashlib.sha256(V.tobytes()).hexdigest() if V.ndim == 1 else None
+        key = _key(V) if V.ndim == 1 else None
         if key in self._seen:
             return self._seen[key].copy()
         W = np.atleast_2d(V) * self.weights
-        out = np.empty((len(W), self.shape[1]))
-        if self.bias:
-            out[:, 0] = W.sum(axis=1)
-        out[:, self.offset :] = self._round(
-            left_product_chunk, self.shift, W, self.cache_mb
+        out = self._product(
+            W, self._round(left_product_chunk, self.shift, W, self.cache_mb)
         )
-        out *= self._inverse
         if key is not None:
             self._seen[key] = out[0].copy()
         return out[0] if V.ndim == 1 else out
+
+    def _product(self, W, kernel_part):
+        """V @ Φ̃ from W = V diag(b) and the pass's W @ k(X, X)."""
+        out = np.empty((len(W), self.shape[1]))
+        if self.bias:
+            out[:, 0] = W.sum(axis=1)
+        out[:, self.offset :] = kernel_part
+        out *= self._inverse
+        return out
+
+
+def _key(v):
+    """The name under which a vector's product is kept."""
+    return hashlib.sha256(v.tobytes()).hexdigest()

@@ -138,6 +138,26 @@ def squared_norms_chunk(ref, span, kernel, shift, w2, cache_mb=0):
     return out
 
 
+def norms_and_product_chunk(ref, span, kernel, shift, w2, V, cache_mb=0):
+    """Worker task: `squared_norms_chunk` (row 0) and `left_product_chunk` of V
+    (the rows after) for the same candidates, in one visit of their kernel
+    block: each piece is formed or read once, and meets the same products in the
+    same order as in the two tasks apart, so the digits are theirs."""
+    out = np.zeros((1 + len(V), span[1] - span[0]))
+    norms, products = out[0], out[1:]
+    square = _square_buffer()
+    product = np.empty((ROW_GROUP, STRIP))
+    groups = [slice(g, min(g + ROW_GROUP, len(V))) for g in range(0, len(V), ROW_GROUP)]
+    for columns, rows, piece in _pieces(ref, span, kernel, shift, cache_mb):
+        squared = np.square(piece, out=square[: piece.size].reshape(piece.shape))
+        norms[columns] += w2[rows] @ squared
+        for group in groups:
+            part = product[: group.stop - group.start, : piece.shape[1]]
+            np.matmul(V[group, rows], piece, out=part)
+            products[group, columns] += part
+    return out
+
+
 def clear_cache():
     """Worker function: drop every cached piece (at the end of a fit)."""
     with _lock:
