@@ -115,12 +115,15 @@ def posterior(Phi, t, alpha, beta):
     Σ = L⁻ᵀL⁻¹ costs O(M³) on the M columns in the model, never an N×N solve.
     """
     L = precision_factor(Phi, alpha, beta)
-    # LAPACK's dpotrs and dtrtrs directly: the routines scipy's cho_solve and
-    # solve_triangular call on this Fortran-ordered L, without their checks, which
-    # cost more than the solves on the small models of the fast loop
-    mu = lapack.dpotrs(L, beta * (Phi.T @ t), lower=1)[0]
-    L_inv = lapack.dtrtrs(L, np.eye(len(alpha)), lower=1)[0]
-    Sigma = L_inv.T @ L_inv
+    if len(alpha) == 0:  # no basis function (LAPACK refuses a 0 × 0 system)
+        mu, Sigma = np.zeros(0), np.zeros((0, 0))
+    else:
+        # LAPACK's dpotrs and dtrtrs directly: the routines scipy's cho_solve and
+        # solve_triangular call on this Fortran-ordered L, without their checks,
+        # which cost more than the solves on the small models of the fast loop
+        mu = lapack.dpotrs(L, beta * (Phi.T @ t), lower=1)[0]
+        L_inv = lapack.dtrtrs(L, np.eye(len(alpha)), lower=1)[0]
+        Sigma = L_inv.T @ L_inv
     return Posterior(mu, Sigma, L, log_evidence(Phi, t, alpha, beta, mu, L))
 
 

@@ -314,3 +314,13 @@ def test_clone_and_params_round_trip():
     assert copy.get_params() == model.get_params()
     assert not hasattr(model, "mu_")
     assert 0.9 < copy.score(X, t) <= 1.0
+
+
+def test_posterior_of_the_empty_model_is_the_noise_alone():
+    """No basis function: μ and Σ are empty and the evidence is N(t | 0, β⁻¹I)
+    (the re-estimation chapter's loop can prune every function)."""
+    t = np.random.default_rng(0).normal(size=7)
+    post = posterior(np.zeros((7, 0)), t, np.zeros(0), 4.0)
+    assert post.mu.shape == (0,) and post.Sigma.shape == (0, 0)
+    expected = multivariate_normal(np.zeros(7), np.eye(7) / 4.0).logpdf(t)
+    np.testing.assert_allclose(post.log_evidence, expected, rtol=1e-12)
