@@ -37,6 +37,7 @@ __all__ = [
     "drop_coordinate",
     "fresh_statistics",
     "inverse_H",
+    "log_evidence_at",
     "measured_drift",
     "new_coordinate_row",
     "orthonormal_basis",
@@ -284,6 +285,16 @@ def _sigmas(p, sign, sigma):
 def _solve_lower(L, B):
     """L⁻¹B for a lower triangular L (LAPACK's dtrtrs, without scipy's checks)."""
     return lapack.dtrtrs(L, B, lower=1)[0]
+
+
+def log_evidence_at(R, tau, perp, alpha, beta, N):
+    """The log evidence of the model's coordinates (R, τ, perp) at α and β
+    (`split_log_evidence`): one Cholesky factor of H = I + βRA⁻¹Rᵀ, O(m³), without
+    the S, Q and H⁻¹ that `fresh_statistics` forms too."""
+    L = cholesky_H(R, alpha, beta)
+    z = _solve_lower(L, tau)
+    log_det_H = 2.0 * np.log(L.diagonal()).sum()
+    return split_log_evidence(N, beta, log_det_H, z @ z, perp)
 
 
 def split_log_evidence(N, beta, log_det_H, tau_H_tau, perp):

@@ -28,13 +28,8 @@ import math
 from collections import namedtuple
 
 import numpy as np
-from scipy.linalg import lapack
 
-from kernelref.rvm.coordinates import (
-    cholesky_H,
-    coordinate_posterior,
-    split_log_evidence,
-)
+from kernelref.rvm.coordinates import coordinate_posterior, log_evidence_at
 from kernelref.rvm.design import initial_beta
 from kernelref.rvm.fast_steps import (  # re-exported
     BETA_UPDATE_FREQUENCY,
@@ -109,7 +104,6 @@ __all__ = [
     "choose_action",
     "delete_basis_function",
     "ell",
-    "evidence_at",
     "expect_additions",
     "fast_marginal_likelihood",
     "fast_on_unit_columns",
@@ -208,7 +202,7 @@ STALL_SIZE = 4
 #: +1.87).
 HOLD_SIZE_FACTOR = 3
 #: The same held phase ends, too, once the evidence at the β (rvm-noise) gives
-#: (`evidence_at`, computed every `RELEASE_EVERY` iterations) has not risen for this
+#: (`log_evidence_at`, computed every `RELEASE_EVERY` iterations) has not risen for this
 #: many iterations (``stall`` of `FastLoop`; its record, ``FastState.peak``, is part of
 #: the state a checkpoint carries): β is held far above its final value, and a model
 #: that has stopped gaining at the noise level the data imply only grows on with
@@ -342,7 +336,7 @@ class FastLoop:
     ``max_size`` and ``stall`` are budgets: the run ends (as converged: its rule met,
     like the release of a held phase) once the model holds ``max_size`` basis
     functions, or once the log evidence at the β (rvm-noise) would give
-    (`evidence_at`, every `RELEASE_EVERY` iterations) has not risen for ``stall``
+    (`log_evidence_at`, every `RELEASE_EVERY` iterations) has not risen for ``stall``
     iterations (meant for β held; its record is the state's ``peak``).
 
     ``beta`` replaces the starting β (with ``update_beta=False``, the fixed β;
@@ -380,7 +374,8 @@ class FastLoop:
         self.max_iter, self.tol, self.update_beta = max_iter, tol, update_beta
         self.alignment_max = alignment_max
         self.PhiT_t = t @ Phi
-        self.beta_max = BETA_MAX_FACTOR / np.var(t) if update_beta else np.inf
+        self.beta_cap = BETA_MAX_FACTOR / np.var(t)
+        self.beta_max = self.beta_cap if update_beta else np.inf
         # A β learnt starts within its cap too: above it S_j rounds to α_j.
         beta0 = initial_beta(t) if beta is None else float(beta)
         self.beta0 = min(beta0, self.beta_max)
@@ -541,7 +536,7 @@ class FastLoop:
     def _noise_settled(self, model):
         """With β held: the β (rvm-noise) would give now, recorded in the model, and
         whether it is within a factor e^``release`` of the one recorded last."""
-        estimate = noise_update(model, len(self.t), BETA_MAX_FACTOR / np.var(self.t))
+        estimate = self._implied_beta(model)
         last = model.noise_estimate
         settled = last is not None and abs(np.log(estimate / last)) < self.release
         return model._replace(noise_estimate=estimate), settled
@@ -550,10 +545,14 @@ class FastLoop:
         """``peak`` (`FastState`) after iteration ``n_iter``: the log evidence of the
         model at the β (rvm-noise) would give now, (L, n_iter) if it is the highest
         seen."""
-        N = len(self.t)
-        beta = noise_update(model, N, BETA_MAX_FACTOR / np.var(self.t))
-        L = evidence_at(model, beta, N)
+        beta, active = self._implied_beta(model), model.active
+        R, alpha = model.Psi[:, active], model.alpha[active]
+        L = log_evidence_at(R, model.tau, model.perp, alpha, beta, len(self.t))
         return (L, n_iter) if peak is None or L > peak[0] else peak
+
+    def _implied_beta(self, model):
+        """The β (rvm-noise) would give at the model's α, within the cap."""
+        return noise_update(model, len(self.t), self.beta_cap)
 
     def _after_polish(self, state, polished, n_iter):
         """The state after a `polish_model` step: α of the model and β set, every
@@ -601,17 +600,6 @@ class FastLoop:
             model.n_fresh,
             model.drift,
         )
-
-
-def evidence_at(model, beta, N):
-    """The log evidence of ``model``'s α at the noise precision ``beta`` (label
-    ``rvm-evidence-split``), from its coordinates: one Cholesky factor of
-    H = I + βRA⁻¹Rᵀ, O(m³), nothing else of the model changed."""
-    active = model.active
-    L = cholesky_H(model.Psi[:, active], model.alpha[active], beta)
-    z = lapack.dtrtrs(L, model.tau, lower=1)[0]
-    log_det_H = 2.0 * np.sum(np.log(np.diag(L)))
-    return split_log_evidence(N, beta, log_det_H, z @ z, model.perp)
 
 
 def check_beta_schedule(beta_schedule):
