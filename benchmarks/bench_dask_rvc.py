@@ -153,6 +153,8 @@ from collections import defaultdict
 
 import numpy as np
 
+from benchmarks.bench_dask_rvm import cluster, entry_cost
+
 
 def ripley(n, seed=0):
     """Ripley's problem: each class an equal mixture of two Gaussians of variance
@@ -187,35 +189,6 @@ def data(problem, n, seed=0):
     X_train, X_test = X[:n], X[n:]
     centre, spread = X_train.mean(0), X_train.std(0)
     return (X_train - centre) / spread, y[:n], (X_test - centre) / spread
-
-
-def entry_cost(d, n=4096, repeats=5):
-    """Worker function: seconds per RBF entry of a kernel block in a reused
-    buffer, for inputs of dimension d (the floor of a streamed pass)."""
-    from backends.dask.blocks import kernel_block, reusable_buffer
-    from kernelref.kernels import RBF
-
-    rng = np.random.default_rng(0)
-    X, Y = rng.normal(size=(n, d)), rng.normal(size=(512, d))
-    buffer = reusable_buffer(n * 512)
-    kernel_block(RBF(0.1), X, Y, buffer)
-    tick = time.perf_counter()
-    for _ in range(repeats):
-        kernel_block(RBF(0.1), X, Y, buffer)
-    return (time.perf_counter() - tick) / (repeats * n * 512)
-
-
-def cluster(n_workers=2):
-    from distributed import Client, LocalCluster
-
-    local = LocalCluster(
-        n_workers=n_workers,
-        threads_per_worker=1,
-        processes=True,
-        dashboard_address=None,
-        env={"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"},
-    )
-    return local, Client(local)
 
 
 def path_of(name):
