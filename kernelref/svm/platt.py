@@ -35,6 +35,7 @@ from kernelref._validation import (
     record_n_features,
 )
 from kernelref.base import BaseEstimator, ClassifierMixin, restores_on_error
+from kernelref.kernels import accepts_sparse
 
 __all__ = [
     "PlattCalibrated",
@@ -254,7 +255,7 @@ class PlattCalibrated(ClassifierMixin, BaseEstimator):
                 f"random_state must be None or an integer seed; got "
                 f"{self.random_state!r}."
             )
-        X = check_samples(X, getattr(self.estimator, "kernel", None), "X")
+        X = self._check_X(X)
         classes, y_index = check_classification_targets(y, X.shape[0], "y")
         counts = np.bincount(y_index)
         if counts.min() < self.cv:
@@ -264,6 +265,15 @@ class PlattCalibrated(ClassifierMixin, BaseEstimator):
                 "samples. Lower cv or collect more samples of that class."
             )
         return X, classes, y_index
+
+    def _check_X(self, X):
+        """X as the wrapped estimator takes it: ``scipy.sparse`` X stays sparse
+        (CSR) when its kernel is one of those computed from sparse products, as
+        the SVMs themselves take it."""
+        kernel = getattr(self.estimator, "kernel", None)
+        return check_samples(
+            X, kernel, "X", accept_sparse=accepts_sparse(kernel or "precomputed")
+        )
 
     @restores_on_error
     def fit(self, X, y):
@@ -299,7 +309,7 @@ class PlattCalibrated(ClassifierMixin, BaseEstimator):
 
     def _pair_decisions(self, X):
         check_is_fitted(self, "sigmoids_")
-        X = check_samples(X, getattr(self.estimator, "kernel", None), "X")
+        X = self._check_X(X)
         if X.ndim == 2:
             check_n_features(X, self.n_features_in_)
         f = np.column_stack(

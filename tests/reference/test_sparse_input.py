@@ -24,6 +24,7 @@ from kernelref.kernels import (
 from kernelref.kpca import KernelPCA
 from kernelref.ridge import KernelRidge
 from kernelref.svm import SVC, SVR, NuSVC, NuSVR, OneClassSVM
+from kernelref.svm.platt import PlattCalibrated
 from kernelref.svm.problems import KernelRows
 
 KERNELS = ["linear", "poly", "rbf", "sigmoid"]
@@ -181,6 +182,39 @@ def test_svc_on_sparse_input_agrees_with_libsvm():
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
+def test_platt_probabilities_are_the_same_on_sparse_input(kernel):
+    """The SVM's probabilities (Platt scaling on cross-validated decision values)
+    take the sparse X the wrapped SVC takes, and give the dense probabilities."""
+    X, z = sparse_data(9)
+    X_test = sparse_data(13)[0]
+
+    def make():
+        return PlattCalibrated(SVC(kernel=kernel, tol=1e-8), cv=3, random_state=0)
+
+    three = np.digitize(z, [-1, 1])
+    for labels, fmt in ((z > 0, sp.csr_matrix), (three, sp.csc_matrix)):
+        dense, sparse = make().fit(X, labels), make().fit(fmt(X), labels)
+        np.testing.assert_allclose(
+            sparse.predict_proba(fmt(X_test)),
+            dense.predict_proba(X_test),
+            rtol=0,
+            atol=1e-6,
+        )
+        np.testing.assert_allclose(
+            sparse.predict_log_proba(fmt(X_test)),
+            dense.predict_log_proba(X_test),
+            rtol=1e-6,
+            atol=1e-6,
+        )
+
+
+def test_platt_refuses_sparse_input_when_its_svm_does():
+    X, z = sparse_data(9)
+    with pytest.raises(TypeError, match="toarray"):
+        PlattCalibrated(SVC(kernel="laplacian")).fit(sp.csr_matrix(X), z > 0)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
 def test_kernel_ridge_and_kpca_on_sparse_input(kernel):
     X, z = sparse_data(4)
     dense = KernelRidge(lam=0.3, kernel=kernel, gamma=0.1).fit(X, z)
@@ -285,6 +319,11 @@ def test_sparse_input_is_never_made_dense():
         lambda: KernelRidge(kernel="rbf", gamma=0.1).fit(X, y).predict(X),
         lambda: KernelPCA(n_components=3, kernel="rbf", gamma=0.1).fit(X).transform(X),
         lambda: GaussianProcessRegressor(kernel=RBF(0.1), optimizer=None).fit(X, y),
+        lambda: (
+            PlattCalibrated(SVC(kernel="rbf", gamma=0.1), cv=3)
+            .fit(X, y)
+            .predict_proba(X)
+        ),
     ]
     for fit in fits:
         tracemalloc.start()
