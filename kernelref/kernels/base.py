@@ -67,6 +67,39 @@ def check_kernel_param(kernel, name, value, kind):
     return value
 
 
+def check_bounds(kernel, name, value):
+    """Check the bounds `name` (``<hyperparameter>_bounds``) of `kernel`: the
+    string ``"fixed"`` or one pair (low, high) with 0 < low <= high < inf, which
+    bounds every entry of the hyperparameter (all length scales of an ARD kernel).
+
+    ``Kernel.bounds`` asks, so a model refuses bad bounds before it optimises,
+    with the kernel, the bounds and the fix named rather than an unpacking error.
+    Returns `value` unchanged.
+    """
+    if isinstance(value, str):
+        if value == "fixed":
+            return value
+        pair = None
+    else:
+        try:
+            pair = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):
+            pair = None
+    fine = (
+        pair is not None
+        and pair.shape == (2,)
+        and np.all(np.isfinite(pair))
+        and 0 < pair[0] <= pair[1]
+    )
+    if not fine:
+        raise ValueError(
+            f"{type(kernel).__name__}: {name} must be 'fixed' or one pair (low, "
+            f"high) with 0 < low <= high < inf (the default is {DEFAULT_BOUNDS}); got "
+            f"{_plain(value)!r}."
+        )
+    return value
+
+
 def _plain(value):
     if isinstance(value, np.ndarray):
         return value.tolist()
@@ -178,12 +211,7 @@ class Kernel(ParamsMixin, abc.ABC):
         """Log-bounds of the free hyperparameters, shape (len(theta), 2)."""
         rows = []
         for name, size in self._own():
-            low, high = self._bounds_of(name)
-            if not 0 < low <= high:
-                raise ValueError(
-                    f"{name}_bounds must be (low, high) with 0 < low <= high or "
-                    f"'fixed'; got {(low, high)}."
-                )
+            low, high = check_bounds(self, f"{name}_bounds", self._bounds_of(name))
             rows += [(np.log(low), np.log(high))] * size
         parts = [np.array(rows).reshape(-1, 2)] + [
             c.bounds for _, c in self._children()

@@ -13,6 +13,7 @@ from sklearn.metrics.pairwise import (
     sigmoid_kernel,
 )
 
+from kernelref.gp import GaussianProcessRegressor
 from kernelref.kernels import (
     ARD,
     RBF,
@@ -23,6 +24,7 @@ from kernelref.kernels import (
     Laplacian,
     Linear,
     Mapped,
+    Matern,
     Polynomial,
     PolynomialOf,
     Sigmoid,
@@ -173,6 +175,22 @@ def test_nested_get_params_reach_inner_kernels():
 def test_bad_bounds_are_refused_with_the_name():
     with pytest.raises(ValueError, match="gamma_bounds"):
         RBF(1.0, gamma_bounds=(0.0, 1.0)).bounds
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["fix", (1.0,), 5.0, (np.nan, 1.0), (1.0, np.inf), [[1e-2, 1e2], [1e-1, 1e1]]],
+    ids=repr,
+)
+def test_malformed_bounds_are_refused_with_the_name_and_the_form(bad):
+    """A misspelt 'fixed', a single number or a list of pairs is named, with the
+    form bounds take, before an optimiser reads them (not an unpacking error)."""
+    kernel = 2.0 * Matern(np.ones(2), nu=1.5, length_scale_bounds=bad)
+    with pytest.raises(ValueError, match="Matern: length_scale_bounds must be 'fix"):
+        kernel.bounds
+    X2 = np.random.default_rng(0).normal(size=(10, 2))
+    with pytest.raises(ValueError, match="length_scale_bounds must be 'fixed' or one"):
+        GaussianProcessRegressor(kernel=kernel).fit(X2, X2[:, 0])
 
 
 def test_negative_polynomial_coefficient_is_refused():
