@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.linalg import LinAlgError, cho_solve, cholesky, solve_triangular
 from scipy.optimize import minimize
-from scipy.special import logsumexp, softmax
+from scipy.special import log_softmax, logsumexp, softmax
 
 from kernelref._validation import (
     check_classification_targets,
@@ -47,6 +47,8 @@ from kernelref.laplace import TOL, damped_newton
 __all__ = [
     "SoftmaxGaussianProcessClassifier",
     "SoftmaxMode",
+    "latent_draws",
+    "monte_carlo_log_probabilities",
     "monte_carlo_probabilities",
     "softmax_evidence_gradient",
     "softmax_laplace_mode",
@@ -220,18 +222,32 @@ def softmax_predictive(K_star, k_star_star, Y, mode):
     return mean, cov
 
 
-def monte_carlo_probabilities(mean, cov, n_samples, rng):
-    """E[softmax(f_*)] under N(mean, cov) by averaging over `n_samples` draws,
-    as GPML Algorithm 3.4 ends. Each draw's probabilities sum to one, so
-    their average does too."""
+def latent_draws(mean, cov, n_samples, rng):
+    """`n_samples` draws of the test latents f_* ~ N(mean, cov), shape
+    (n_samples, m, C), as GPML Algorithm 3.4 draws them."""
     m, C = mean.shape
     # cov may be singular to rounding (the latents of a point are coupled): the
     # eigen-square-root with clipped eigenvalues is a factor in every case.
     values, vectors = np.linalg.eigh(cov)
     root = vectors * np.sqrt(np.maximum(values, 0.0))[:, None, :]
     z = rng.standard_normal((n_samples, m, C))
-    F = mean[None] + np.einsum("mcd,smd->smc", root, z)
-    return softmax(F, axis=2).mean(axis=0)
+    return mean[None] + np.einsum("mcd,smd->smc", root, z)
+
+
+def monte_carlo_probabilities(mean, cov, n_samples, rng):
+    """E[softmax(f_*)] under N(mean, cov) by averaging over `n_samples` draws,
+    as GPML Algorithm 3.4 ends. Each draw's probabilities sum to one, so
+    their average does too."""
+    return softmax(latent_draws(mean, cov, n_samples, rng), axis=2).mean(axis=0)
+
+
+def monte_carlo_log_probabilities(mean, cov, n_samples, rng):
+    """log E[softmax(f_*)] from the same draws as ``monte_carlo_probabilities``
+    (the same `rng` state gives the same draws), averaged in log space:
+    log((1/S) Σ_s π_s) = logsumexp_s(log π_s) − log S, with log π_s the log-softmax
+    of draw s. Finite where every π_s, and so their average, underflows to 0."""
+    log_pi = log_softmax(latent_draws(mean, cov, n_samples, rng), axis=2)
+    return logsumexp(log_pi, axis=0) - np.log(n_samples)
 
 
 class SoftmaxGaussianProcessClassifier(ClassifierMixin, BaseEstimator):
@@ -401,9 +417,16 @@ class SoftmaxGaussianProcessClassifier(ClassifierMixin, BaseEstimator):
         return monte_carlo_probabilities(mean, cov, self.n_samples, rng)
 
     def predict_log_proba(self, X, method="monte_carlo"):
-        """log of ``predict_proba`` (same ``method``), clipped at the smallest
-        positive float so that a probability that underflowed gives a finite log."""
-        return np.log(np.maximum(self.predict_proba(X, method), np.finfo(float).tiny))
+        """log of ``predict_proba`` (same ``method``, same draws). "monte_carlo"
+        averages the draws in log space (``monte_carlo_log_probabilities``), so a
+        probability that underflows to 0 keeps its log; "moderated" is the log of
+        its probabilities, clipped at the smallest positive float."""
+        if method != "monte_carlo":  # "moderated", or refused there by name
+            P = self.predict_proba(X, method)
+            return np.log(np.maximum(P, np.finfo(float).tiny))
+        mean, cov = self.latent_predictive(X)
+        rng = np.random.default_rng(self.random_state)
+        return monte_carlo_log_probabilities(mean, cov, self.n_samples, rng)
 
     def predict(self, X):
         """The most probable class by the Monte-Carlo probabilities."""

@@ -12,6 +12,7 @@ from sklearn.base import clone
 from kernelref.gp_softmax import (
     SoftmaxGaussianProcessClassifier,
     class_factors,
+    latent_draws,
     monte_carlo_probabilities,
     newton_step,
     softmax_evidence_gradient,
@@ -19,7 +20,7 @@ from kernelref.gp_softmax import (
     softmax_predictive,
 )
 from kernelref.gp_softmax import _posterior_blocks as posterior_blocks
-from kernelref.kernels import RBF, Matern
+from kernelref.kernels import RBF, DotProduct, Matern
 
 rng = np.random.default_rng(0)
 CENTRES = [(-1.5, 0.0), (1.5, 0.0), (0.0, 1.8)]
@@ -274,6 +275,28 @@ def test_monte_carlo_probabilities_sum_to_one_and_converge():
     np.testing.assert_allclose(P.sum(axis=1), 1.0, rtol=1e-12)
     reference = monte_carlo_probabilities(mean, cov, 200_000, np.random.default_rng(1))
     assert np.max(np.abs(P - reference)) < 0.03  # about 4 standard errors at 4000 draws
+
+
+def test_log_probability_is_finite_where_the_monte_carlo_average_underflows():
+    """Far along a linear kernel the Monte-Carlo probabilities of the far classes
+    are 0 in double precision; their logs are the log-space average of the same
+    draws, checked in extended precision (float80 reaches e^-11355)."""
+    assert np.finfo(np.longdouble).minexp < -16000  # x86 extended precision
+    model = SoftmaxGaussianProcessClassifier(DotProduct(1.0), optimizer=None)
+    model.fit(X, y)
+    far = np.array([[-6e4, 0.0], [6e4, 0.0], [0.3, 0.2]])
+    P, log_P = model.predict_proba(far), model.predict_log_proba(far)
+    assert P[0, 1] == 0.0  # np.log(P) would be −inf there
+    mean, cov = model.latent_predictive(far)
+    F = latent_draws(
+        mean, cov, model.n_samples, np.random.default_rng(model.random_state)
+    ).astype(np.longdouble)
+    pi = np.exp(F - F.max(axis=2, keepdims=True))
+    pi /= pi.sum(axis=2, keepdims=True)
+    expected = np.log(pi.mean(axis=0))
+    assert np.all(np.isfinite(expected)) and expected[0, 1] < -3000
+    np.testing.assert_allclose(log_P, expected.astype(float), rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(np.exp(log_P), P, rtol=1e-12, atol=0)
 
 
 def test_classifier_learns_hyperparameters_and_classifies():
