@@ -346,6 +346,11 @@ class GaussianProcessClassifier(ClassifierMixin, BaseEstimator):
             )
         if self.optimizer is not None and len(kernel.theta):
             bounds = kernel.bounds  # raises, naming the bound, if one is not positive
+            if self.n_restarts > 0 and not np.isfinite(bounds).all():
+                raise ValueError(
+                    "n_restarts > 0 draws starts inside the kernel's bounds, which "
+                    f"must then be finite; got log-bounds {bounds.tolist()}."
+                )
             theta = kernel.theta
             outside = (theta < bounds[:, 0] - 1e-12) | (theta > bounds[:, 1] + 1e-12)
             if outside.any():

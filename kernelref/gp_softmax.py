@@ -310,6 +310,13 @@ class SoftmaxGaussianProcessClassifier(ClassifierMixin, BaseEstimator):
                 f"optimizer must be 'L-BFGS-B' or None; got {self.optimizer!r}."
             )
         check_integer(self.n_restarts, "n_restarts", low=0)
+        if self.optimizer is not None and kernel.theta.size:
+            bounds = kernel.bounds  # raises, naming the bounds, if malformed
+            if self.n_restarts > 0 and not np.isfinite(bounds).all():
+                raise ValueError(
+                    "n_restarts > 0 draws starts inside the kernel's bounds, which "
+                    f"must then be finite; got log-bounds {bounds.tolist()}."
+                )
         check_integer(self.max_iter_predict, "max_iter_predict")
         check_integer(self.n_samples, "n_samples")
         if not (

@@ -69,8 +69,9 @@ def check_kernel_param(kernel, name, value, kind):
 
 def check_bounds(kernel, name, value):
     """Check the bounds `name` (``<hyperparameter>_bounds``) of `kernel`: the
-    string ``"fixed"`` or one pair (low, high) with 0 < low <= high < inf, which
-    bounds every entry of the hyperparameter (all length scales of an ARD kernel).
+    string ``"fixed"`` or one pair (low, high) with 0 < low <= high, which bounds
+    every entry of the hyperparameter (all length scales of an ARD kernel); high
+    may be infinite (no upper bound), low may not.
 
     ``Kernel.bounds`` asks, so a model refuses bad bounds before it optimises,
     with the kernel, the bounds and the fix named rather than an unpacking error.
@@ -88,14 +89,14 @@ def check_bounds(kernel, name, value):
     fine = (
         pair is not None
         and pair.shape == (2,)
-        and np.all(np.isfinite(pair))
+        and np.isfinite(pair[0])
         and 0 < pair[0] <= pair[1]
     )
     if not fine:
         raise ValueError(
             f"{type(kernel).__name__}: {name} must be 'fixed' or one pair (low, "
-            f"high) with 0 < low <= high < inf (the default is {DEFAULT_BOUNDS}); got "
-            f"{_plain(value)!r}."
+            f"high) with 0 < low <= high, low finite (the default is "
+            f"{DEFAULT_BOUNDS}); got {_plain(value)!r}."
         )
     return value
 

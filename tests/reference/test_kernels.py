@@ -13,7 +13,8 @@ from sklearn.metrics.pairwise import (
     sigmoid_kernel,
 )
 
-from kernelref.gp import GaussianProcessRegressor
+from kernelref.gp import GaussianProcessClassifier, GaussianProcessRegressor
+from kernelref.gp_softmax import SoftmaxGaussianProcessClassifier
 from kernelref.kernels import (
     ARD,
     RBF,
@@ -179,7 +180,7 @@ def test_bad_bounds_are_refused_with_the_name():
 
 @pytest.mark.parametrize(
     "bad",
-    ["fix", (1.0,), 5.0, (np.nan, 1.0), (1.0, np.inf), [[1e-2, 1e2], [1e-1, 1e1]]],
+    ["fix", (1.0,), 5.0, (np.nan, 1.0), (1.0, np.nan), (np.inf, np.inf), [[1, 2]] * 2],
     ids=repr,
 )
 def test_malformed_bounds_are_refused_with_the_name_and_the_form(bad):
@@ -191,6 +192,29 @@ def test_malformed_bounds_are_refused_with_the_name_and_the_form(bad):
     X2 = np.random.default_rng(0).normal(size=(10, 2))
     with pytest.raises(ValueError, match="length_scale_bounds must be 'fixed' or one"):
         GaussianProcessRegressor(kernel=kernel).fit(X2, X2[:, 0])
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        GaussianProcessRegressor,
+        GaussianProcessClassifier,
+        SoftmaxGaussianProcessClassifier,
+    ],
+)
+def test_an_infinite_upper_bound_means_none_and_refuses_restarts(make):
+    """(low, inf) leaves the hyperparameter unbounded above for L-BFGS-B; random
+    restarts, drawn inside the bounds, then have nowhere to be drawn and are
+    refused by name before any work (not numpy's 'Range exceeds valid bounds')."""
+    kernel = 1.0 * Matern(np.ones(2), length_scale_bounds=(1e-3, np.inf))
+    np.testing.assert_array_equal(
+        kernel.bounds, [[np.log(1e-5), np.log(1e5)]] + [[np.log(1e-3), np.inf]] * 2
+    )
+    Z = np.random.default_rng(0).normal(size=(12, 2))
+    labels = np.arange(12) % 3
+    make(kernel=kernel).fit(Z, labels)
+    with pytest.raises(ValueError, match="n_restarts > 0 .* must then be finite"):
+        make(kernel=kernel, n_restarts=1).fit(Z, labels)
 
 
 def test_negative_polynomial_coefficient_is_refused():
