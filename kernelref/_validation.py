@@ -185,9 +185,10 @@ def check_targets(y, n_samples, name="y"):
             f"{t.shape}."
         )
     if t.shape[0] != n_samples:
+        what = {"y": "target", "sample_weight": "weight"}.get(name, "row")
         raise ValueError(
             f"{name} has {t.shape[0]} rows but X has {n_samples} samples; "
-            "give one target per row of X."
+            f"give one {what} per row of X."
         )
     _check_finite(t, name)
     return t

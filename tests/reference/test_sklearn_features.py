@@ -196,6 +196,13 @@ def test_bad_sample_weight_is_refused(weights):
         KernelRidge().fit(X, z, sample_weight=weights)
 
 
+@pytest.mark.parametrize("make", [KernelRidge, SVC])
+def test_sample_weight_of_the_wrong_length_is_named_as_weights(make):
+    X, y, _ = data(4, n=30)
+    with pytest.raises(ValueError, match="29 rows .* give one weight per row of X"):
+        make().fit(X, y > 0, sample_weight=np.ones(29))
+
+
 # -- KernelPCA.inverse_transform -------------------------------------------------------
 @pytest.mark.parametrize(
     "kernel,params",
