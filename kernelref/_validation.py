@@ -90,6 +90,7 @@ def _check_sparse(X, name, min_samples, accept_sparse):
         raise ValueError(
             f"{name} must be 2-D of shape (n_samples, n_features); got shape {X.shape}."
         )
+    _refuse_complex(X, name)  # astype(float64) would drop the imaginary parts
     try:
         A = X.tocsr().astype(np.float64, copy=False)
     except (TypeError, ValueError) as exc:

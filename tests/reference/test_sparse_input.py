@@ -95,6 +95,18 @@ def test_kernels_not_built_from_inner_products_refuse_sparse():
         GaussianProcessRegressor(kernel=Laplacian()).fit(sp.csr_matrix(X), y)
 
 
+@pytest.mark.parametrize("fmt", [sp.csr_matrix, sp.csc_array, sp.coo_matrix])
+def test_complex_sparse_input_is_refused_not_cast(fmt):
+    """As a complex dense X: casting to float64 would drop the imaginary parts
+    (with only a ComplexWarning)."""
+    X, y = sparse_data()
+    with pytest.raises(ValueError, match="X is complex.*Complex data not supported"):
+        SVR(kernel="rbf").fit(fmt(X + 1j * X), y)
+    model = KernelRidge(kernel="linear").fit(fmt(X), y)
+    with pytest.raises(ValueError, match="X is complex"):
+        model.predict(fmt(X.astype(complex)))
+
+
 def test_sparse_nan_is_refused_with_its_row():
     X, y = sparse_data()
     Xs = sp.csr_matrix(X)
