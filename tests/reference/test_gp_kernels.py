@@ -37,6 +37,12 @@ PAIRS = [
     (RationalQuadratic(1.7, alpha=4.0), sk.RationalQuadratic(1.7, alpha=4.0)),
     (ExpSineSquared(1.3, periodicity=2.1), sk.ExpSineSquared(1.3, periodicity=2.1)),
     (DotProduct(0.6), sk.DotProduct(0.6)),
+    (White(0.3), sk.WhiteKernel(0.3)),
+    (Constant(1.7), sk.ConstantKernel(1.7)),
+    (
+        Constant(0.8) * Matern(ELL, nu=1.5) + White(0.2),
+        sk.ConstantKernel(0.8) * sk.Matern(ELL, nu=1.5) + sk.WhiteKernel(0.2),
+    ),
     (
         2.0 * Matern(0.4, nu=2.5)
         + RationalQuadratic(0.8, alpha=0.3) * ExpSineSquared(),
