@@ -263,6 +263,7 @@ def test_kernel_ridge_and_kpca_on_sparse_input(kernel):
         1.0 * RBF(0.5) + White(0.1),
         Polynomial(degree=2, gamma=0.5, coef0=1.0) + White(0.1),
         1.0 * Linear() + White(0.1),
+        Sigmoid(gamma=0.05, coef0=0.0) + White(0.5),
     ],
     ids=repr,
 )
@@ -347,14 +348,24 @@ def test_sparse_input_is_never_made_dense():
         assert peak < dense_bytes / 10, peak
 
 
-def test_softmax_gp_classification_on_sparse_input():
+@pytest.mark.parametrize(
+    "kernel",
+    [
+        1.0 * RBF(0.5),
+        0.5 * Linear(),
+        Polynomial(degree=2, gamma=0.5, coef0=1.0),
+        Sigmoid(gamma=0.05, coef0=0.0) + White(0.5),
+    ],
+    ids=repr,
+)
+def test_softmax_gp_classification_on_sparse_input(kernel):
     from kernelref.gp_softmax import SoftmaxGaussianProcessClassifier
 
     X, z = sparse_data(8, n=40, d=12, density=0.3)
     y = np.digitize(z, np.quantile(z, [1 / 3, 2 / 3]))
     make = SoftmaxGaussianProcessClassifier
-    dense = make(kernel=1.0 * RBF(0.5), optimizer=None).fit(X, y)
-    sparse = make(kernel=1.0 * RBF(0.5), optimizer=None).fit(sp.csr_matrix(X), y)
+    dense = make(kernel=kernel, optimizer=None).fit(X, y)
+    sparse = make(kernel=kernel, optimizer=None).fit(sp.csr_matrix(X), y)
     assert sparse.log_marginal_likelihood_value_ == pytest.approx(
         dense.log_marginal_likelihood_value_, rel=1e-12
     )
