@@ -11,6 +11,8 @@ a = S^½ (S^½ K S^½ + λI)⁻¹ S^½ t with S = diag(s) (label ``ridge-weighte
 the same Cholesky solve, on a symmetric matrix, as scikit-learn computes it.
 """
 
+import numbers
+
 import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve, solve
 
@@ -132,6 +134,10 @@ class KernelRidge(RegressorMixin, BaseEstimator):
         t = check_targets(y, X.shape[0], "y")
         s = None
         if sample_weight is not None:
+            if isinstance(sample_weight, numbers.Real) and not isinstance(
+                sample_weight, bool
+            ):  # one weight for every sample, as scikit-learn takes it
+                sample_weight = np.full(X.shape[0], float(sample_weight))
             s = check_targets(sample_weight, X.shape[0], "sample_weight")
             if s.ndim != 1 or np.any(s < 0) or not np.any(s > 0):
                 raise ValueError(
@@ -143,7 +149,8 @@ class KernelRidge(RegressorMixin, BaseEstimator):
 
     def fit(self, X, y, sample_weight=None):
         """a = (K + λI)⁻¹ t, or with ``sample_weight`` the weighted solution
-        (label ``ridge-weighted``)."""
+        (label ``ridge-weighted``). ``sample_weight`` is one weight ≥ 0 per
+        sample, or a single number for all (weight c is penalty λ/c)."""
         lam, X, t, s, self.kernel_ = self._validate(X, y, sample_weight)
         K = X if isinstance(self.kernel_, str) else evaluate_kernel(self.kernel_, X)
         if s is None:

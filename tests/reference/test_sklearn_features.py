@@ -196,6 +196,25 @@ def test_bad_sample_weight_is_refused(weights):
         KernelRidge().fit(X, z, sample_weight=weights)
 
 
+def test_a_single_sample_weight_weighs_every_sample_as_in_scikit_learn():
+    from sklearn.kernel_ridge import KernelRidge as SklearnKernelRidge
+
+    X, _, z = data(4, n=30)
+    X_test = data(5, n=10)[0]
+    ours = KernelRidge(lam=0.6, kernel="rbf", gamma=0.3).fit(X, z, sample_weight=3.0)
+    theirs = SklearnKernelRidge(alpha=0.6, kernel="rbf", gamma=0.3)
+    theirs.fit(X, z, sample_weight=3.0)
+    np.testing.assert_allclose(ours.predict(X_test), theirs.predict(X_test), rtol=1e-10)
+    # weight c on every squared error is penalty λ/c
+    lighter = KernelRidge(lam=0.2, kernel="rbf", gamma=0.3).fit(X, z)
+    np.testing.assert_allclose(
+        ours.predict(X_test), lighter.predict(X_test), rtol=1e-10
+    )
+    for bad in (-1.0, 0.0, True):
+        with pytest.raises(ValueError, match="sample_weight"):
+            KernelRidge().fit(X, z, sample_weight=bad)
+
+
 @pytest.mark.parametrize("make", [KernelRidge, SVC])
 def test_sample_weight_of_the_wrong_length_is_named_as_weights(make):
     X, y, _ = data(4, n=30)
