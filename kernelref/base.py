@@ -137,6 +137,20 @@ class BaseEstimator(ParamsMixin):
         return accepts_sparse("rbf" if kernel is None else kernel)
 
 
+def takes_sparse(estimator):
+    """True when `estimator`'s fit takes ``scipy.sparse`` X: its own answer
+    (``_takes_sparse``) for kernelref's estimators and wrappers, which ask the
+    estimator they wrap; for another estimator, whether its ``kernel`` is one
+    computed from sparse products."""
+    own = getattr(estimator, "_takes_sparse", None)
+    if callable(own):
+        return bool(own())
+    from kernelref.kernels import accepts_sparse
+
+    kernel = getattr(estimator, "kernel", None)
+    return kernel is not None and accepts_sparse(kernel)
+
+
 class RegressorMixin:
     """``score`` is the coefficient of determination R², as in scikit-learn."""
 

@@ -282,6 +282,8 @@ class SoftmaxGaussianProcessClassifier(ClassifierMixin, BaseEstimator):
         π̂, the softmax of f̂.
     """
 
+    sparse_input = True
+
     def __init__(
         self,
         kernel=None,

@@ -19,8 +19,12 @@ from kernelref._validation import (
     check_samples,
     record_n_features,
 )
-from kernelref.base import BaseEstimator, ClassifierMixin, restores_on_error
-from kernelref.kernels import accepts_sparse
+from kernelref.base import (
+    BaseEstimator,
+    ClassifierMixin,
+    restores_on_error,
+    takes_sparse,
+)
 
 __all__ = [
     "OneVsRestClassifier",
@@ -120,12 +124,12 @@ class OneVsRestClassifier(ClassifierMixin, BaseEstimator):
         self.estimator = estimator
 
     def _takes_sparse(self):
-        return accepts_sparse(getattr(self.estimator, "kernel", None) or "precomputed")
+        return takes_sparse(self.estimator)
 
     @restores_on_error
     def fit(self, X, y):
         kernel = getattr(self.estimator, "kernel", None)
-        X = check_samples(X, kernel, "X", accept_sparse=accepts_sparse(kernel))
+        X = check_samples(X, kernel, "X", accept_sparse=self._takes_sparse())
         self.classes_, y_index = check_classification_targets(y, X.shape[0], "y")
         record_n_features(self, X)
         # Two classes need one machine, classes_[1] against classes_[0], as in
@@ -141,7 +145,7 @@ class OneVsRestClassifier(ClassifierMixin, BaseEstimator):
         """One column per class: for two classes (−f, f) from the single machine."""
         check_is_fitted(self, "estimators_")
         kernel = getattr(self.estimator, "kernel", None)
-        X = check_samples(X, kernel, "X", accept_sparse=accepts_sparse(kernel))
+        X = check_samples(X, kernel, "X", accept_sparse=self._takes_sparse())
         if X.ndim == 2 and hasattr(self, "n_features_in_"):
             check_n_features(X, self.n_features_in_)
         D = np.column_stack(

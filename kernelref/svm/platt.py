@@ -34,8 +34,12 @@ from kernelref._validation import (
     check_samples,
     record_n_features,
 )
-from kernelref.base import BaseEstimator, ClassifierMixin, restores_on_error
-from kernelref.kernels import accepts_sparse
+from kernelref.base import (
+    BaseEstimator,
+    ClassifierMixin,
+    restores_on_error,
+    takes_sparse,
+)
 
 __all__ = [
     "PlattCalibrated",
@@ -266,14 +270,15 @@ class PlattCalibrated(ClassifierMixin, BaseEstimator):
             )
         return X, classes, y_index
 
+    def _takes_sparse(self):
+        return takes_sparse(self.estimator)
+
     def _check_X(self, X):
         """X as the wrapped estimator takes it: ``scipy.sparse`` X stays sparse
-        (CSR) when its kernel is one of those computed from sparse products, as
-        the SVMs themselves take it."""
+        (CSR) when the estimator takes it (an SVM whose kernel is computed from
+        sparse products, a one-vs-rest of such SVMs, …)."""
         kernel = getattr(self.estimator, "kernel", None)
-        return check_samples(
-            X, kernel, "X", accept_sparse=accepts_sparse(kernel or "precomputed")
-        )
+        return check_samples(X, kernel, "X", accept_sparse=self._takes_sparse())
 
     @restores_on_error
     def fit(self, X, y):

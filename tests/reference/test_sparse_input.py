@@ -220,6 +220,38 @@ def test_platt_probabilities_are_the_same_on_sparse_input(kernel):
         )
 
 
+def test_wrappers_take_sparse_input_when_the_wrapped_estimator_does():
+    """One-vs-rest and Platt scaling ask the estimator they wrap (its kernel,
+    or the default kernel for kernel=None, or the estimator it wraps in turn),
+    and give the dense answers; scikit-learn's sparse tag says the same."""
+    from kernelref.gp_softmax import SoftmaxGaussianProcessClassifier
+    from kernelref.svm.multiclass import OneVsRestClassifier
+
+    X, z = sparse_data(10, n=45, d=12, density=0.3)
+    y = np.digitize(z, np.quantile(z, [1 / 3, 2 / 3]))
+    X_test = sparse_data(14, n=10, d=12, density=0.3)[0]
+    makers = [
+        lambda: OneVsRestClassifier(GaussianProcessClassifier(optimizer=None)),
+        lambda: PlattCalibrated(
+            OneVsRestClassifier(SVC(kernel="linear", tol=1e-8)), cv=3, random_state=0
+        ),
+    ]
+    for make in makers:
+        dense, sparse = make().fit(X, y), make().fit(sp.csr_matrix(X), y)
+        assert sparse.__sklearn_tags__().input_tags.sparse
+        np.testing.assert_allclose(
+            sparse.decision_function(sp.csc_matrix(X_test)),
+            dense.decision_function(X_test),
+            rtol=1e-6,
+            atol=1e-6,
+        )
+    assert SoftmaxGaussianProcessClassifier().__sklearn_tags__().input_tags.sparse
+    laplacian = OneVsRestClassifier(SVC(kernel="laplacian"))
+    assert not PlattCalibrated(laplacian).__sklearn_tags__().input_tags.sparse
+    with pytest.raises(TypeError, match="toarray"):
+        PlattCalibrated(laplacian).fit(sp.csr_matrix(X), y)
+
+
 def test_platt_refuses_sparse_input_when_its_svm_does():
     X, z = sparse_data(9)
     with pytest.raises(TypeError, match="toarray"):
