@@ -269,6 +269,24 @@ class Kernel(ParamsMixin, abc.ABC):
 
     __rmul__ = __mul__
 
+    def __pow__(self, exponent):
+        """k ** p = k^p elementwise for an integer p >= 1: ``PolynomialOf`` with the
+        single coefficient 1 of the p-th power (label ``rule-polynomial``; a power
+        of a kernel is a product of kernels). scikit-learn's ``Exponentiation``."""
+        from kernelref.kernels.compose import PolynomialOf
+
+        integral = isinstance(exponent, numbers.Integral) and not isinstance(
+            exponent, bool
+        )
+        if not integral or exponent < 1:
+            raise ValueError(
+                f"k ** p needs an integer p >= 1; got {exponent!r}. A fractional "
+                "power of a kernel need not be positive semi-definite (a negative "
+                "k(x, x') has no real root); use an integer power, or scale the "
+                "kernel's own hyperparameters (RBF(gamma) ** 1/2 is RBF(gamma/2))."
+            )
+        return PolynomialOf(self, [0.0] * exponent + [1.0])
+
     def __eq__(self, other):
         return type(self) is type(other) and _params_equal(
             self.get_params(deep=False), other.get_params(deep=False)

@@ -37,6 +37,11 @@ PAIRS = [
     (RationalQuadratic(1.7, alpha=4.0), sk.RationalQuadratic(1.7, alpha=4.0)),
     (ExpSineSquared(1.3, periodicity=2.1), sk.ExpSineSquared(1.3, periodicity=2.1)),
     (DotProduct(0.6), sk.DotProduct(0.6)),
+    (DotProduct(0.6) ** 2, sk.Exponentiation(sk.DotProduct(0.6), 2)),
+    (
+        Matern(ELL, nu=2.5) ** 3 + White(0.1),
+        sk.Matern(ELL, nu=2.5) ** 3 + sk.WhiteKernel(0.1),
+    ),
     (White(0.3), sk.WhiteKernel(0.3)),
     (Constant(1.7), sk.ConstantKernel(1.7)),
     (
@@ -229,6 +234,12 @@ def test_hyperparameters_of_the_wrong_type_are_refused():
         DotProduct(sigma_0="1")
     with pytest.raises(TypeError, match="alpha must be a number"):
         RationalQuadratic(alpha="2")
+
+
+@pytest.mark.parametrize("exponent", [0, -1, 0.5, 2.0, True])
+def test_only_integer_powers_of_a_kernel_are_kernels(exponent):
+    with pytest.raises(ValueError, match="k \\*\\* p needs an integer p >= 1"):
+        DotProduct(0.6) ** exponent
 
 
 def test_bad_hyperparameters_are_refused_by_setters():
