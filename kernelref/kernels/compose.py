@@ -197,6 +197,10 @@ class Exp(Kernel):
     def _children(self):
         return [("kernel", self.kernel)]
 
+    @property
+    def accepts_sparse(self):
+        return self.kernel.accepts_sparse
+
     def __call__(self, X, Y=None):
         return np.exp(self.kernel(X, Y))
 
@@ -228,6 +232,10 @@ class PolynomialOf(Kernel):
 
     def _children(self):
         return [("kernel", self.kernel)]
+
+    @property
+    def accepts_sparse(self):
+        return self.kernel.accepts_sparse
 
     def _coef(self):
         c = np.asarray(self.coef, dtype=float).reshape(-1)

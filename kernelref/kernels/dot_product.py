@@ -10,7 +10,8 @@ prior variance of w, or raise to a power with ``PolynomialOf``.
 
 import numpy as np
 
-from kernelref.kernels.base import DEFAULT_BOUNDS, Kernel, as_2d
+from kernelref.kernels.base import DEFAULT_BOUNDS, Kernel
+from kernelref.kernels.vector import _inner, _n_rows, _row_norms_sq
 
 __all__ = ["DotProduct"]
 
@@ -20,6 +21,8 @@ class DotProduct(Kernel):
     kernel and leaves nothing to learn (as ``Polynomial``'s ``coef0 = 0``)."""
 
     param_constraints = {"sigma_0": "nonnegative"}
+    #: xᵀx′ is a sparse product, as for ``Linear``: X is never made dense
+    accepts_sparse = True
 
     def __init__(self, sigma_0=1.0, sigma_0_bounds=DEFAULT_BOUNDS):
         self.sigma_0 = sigma_0
@@ -30,18 +33,16 @@ class DotProduct(Kernel):
         return ("sigma_0",) if self.sigma_0 > 0 else ()
 
     def __call__(self, X, Y=None):
-        X = as_2d(X)
-        K = X @ (X if Y is None else as_2d(Y, "Y")).T
+        K = _inner(X, Y)
         K += self.sigma_0**2
         return K
 
     def diag(self, X):
-        X = as_2d(X)
-        return np.einsum("ij,ij->i", X, X) + self.sigma_0**2
+        return _row_norms_sq(X) + self.sigma_0**2
 
     def _gradient_terms(self, X):
         if self._own():
-            n = len(as_2d(X))
+            n = _n_rows(X)
             yield np.full((n, n), 2.0 * self.sigma_0**2)
 
     def gradient_dot(self, X, W, K=None):

@@ -15,9 +15,12 @@ from kernelref.gp import GaussianProcessClassifier, GaussianProcessRegressor
 from kernelref.kernels import (
     RBF,
     Constant,
+    DotProduct,
+    Exp,
     Laplacian,
     Linear,
     Polynomial,
+    PolynomialOf,
     Sigmoid,
     White,
 )
@@ -49,6 +52,10 @@ def kernel_objects():
         Sigmoid(gamma=0.05, coef0=0.1),
         2.0 * RBF(0.2) + White(0.1),
         Constant(0.5) * Polynomial(degree=2, gamma=0.5, coef0=1.0),
+        DotProduct(0.7),
+        DotProduct(0.5) ** 2 + White(0.1),
+        Exp(0.05 * Linear()),
+        PolynomialOf(RBF(0.2), [0.5, 1.0, 2.0]),
     ]
 
 
@@ -296,6 +303,7 @@ def test_kernel_ridge_and_kpca_on_sparse_input(kernel):
         Polynomial(degree=2, gamma=0.5, coef0=1.0) + White(0.1),
         1.0 * Linear() + White(0.1),
         Sigmoid(gamma=0.05, coef0=0.0) + White(0.5),
+        DotProduct(0.5) ** 2 + White(0.1),
     ],
     ids=repr,
 )
