@@ -333,6 +333,7 @@ def test_gp_regression_is_the_same_on_sparse_input(kernel):
     "kernel",
     [
         1.0 * RBF(0.5),
+        0.5 * Linear(),
         Polynomial(degree=2, gamma=0.5, coef0=1.0),
         Sigmoid(gamma=0.05, coef0=0.0),
     ],
