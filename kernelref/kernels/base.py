@@ -64,6 +64,13 @@ def check_kernel_param(kernel, name, value, kind):
     low_ok = {"positive": array > 0, "nonnegative": array >= 0}.get(kind, True)
     if not (np.all(np.isfinite(array)) and np.all(low_ok)):
         raise ValueError(f"{owner}: {name} must be {wanted}; got {_plain(value)!r}.")
+    if array.ndim and name not in getattr(kernel, "array_params", ()):
+        raise ValueError(
+            f"{owner}: {name} must be a single number; got an array of shape "
+            f"{array.shape}. One value per input (automatic relevance determination) "
+            "is ARD(gamma=...), or Matern/RationalQuadratic with an array "
+            "length_scale."
+        )
     return value
 
 
@@ -117,6 +124,10 @@ class Kernel(ParamsMixin, abc.ABC):
     #: parameter name → kind of ``check_kernel_param``: checked whenever the
     #: attribute is set (construction, ``set_params``, ``theta``, assignment)
     param_constraints = {}
+
+    #: the parameters that may be arrays (ARD scales, a matrix); all others
+    #: must be single numbers
+    array_params = ()
 
     def __setattr__(self, name, value):
         kind = type(self).param_constraints.get(name)

@@ -40,6 +40,9 @@ class _Stationary(Kernel):
     """
 
     param_constraints = {"length_scale": "positive"}
+    #: the length scale may be an array (ARD) where ``_ard_allowed``; the
+    #: property below refuses one elsewhere, with its own message
+    array_params = ("length_scale",)
     _ard_allowed = True
 
     @property

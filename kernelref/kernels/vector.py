@@ -232,6 +232,7 @@ class ARD(Kernel):
 
     hyperparameter_names = ("gamma",)
     param_constraints = {"gamma": "positive"}
+    array_params = ("gamma",)
 
     def __init__(self, gamma=1.0, gamma_bounds=DEFAULT_BOUNDS):
         self.gamma = gamma
@@ -353,6 +354,7 @@ class Bilinear(Kernel):
     symmetric positive semi-definite."""
 
     param_constraints = {"A": "finite"}
+    array_params = ("A",)
 
     def __init__(self, A):
         self.A = A

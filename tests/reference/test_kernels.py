@@ -28,6 +28,7 @@ from kernelref.kernels import (
     Matern,
     Polynomial,
     PolynomialOf,
+    Scaled,
     Sigmoid,
     Warped,
     make_kernel,
@@ -215,6 +216,28 @@ def test_an_infinite_upper_bound_means_none_and_refuses_restarts(make):
     make(kernel=kernel).fit(Z, labels)
     with pytest.raises(ValueError, match="n_restarts > 0 .* must then be finite"):
         make(kernel=kernel, n_restarts=1).fit(Z, labels)
+
+
+@pytest.mark.parametrize(
+    "make,name",
+    [
+        (lambda v: RBF(v), "gamma"),
+        (lambda v: Laplacian(v), "gamma"),
+        (lambda v: Polynomial(2, gamma=v), "gamma"),
+        (lambda v: Sigmoid(0.1, coef0=v), "coef0"),
+        (lambda v: Constant(v), "value"),
+        (lambda v: Scaled(v, RBF()), "scale"),
+    ],
+)
+def test_an_array_for_a_single_number_is_refused(make, name):
+    """RBF(gamma=[γ₁, γ₂]) broadcast against the (n, m) distances: an error for
+    most n, a wrong, asymmetric Gram matrix for n = 2. One γ per input is ARD."""
+    with pytest.raises(ValueError, match=f"{name} must be a single number.*ARD"):
+        make(np.array([0.5, 2.0]))
+    kernel = make(0.5)
+    with pytest.raises(ValueError, match=f"{name} must be a single number"):
+        kernel.set_params(**{name: [0.5]})
+    np.testing.assert_array_equal(kernel(X[:3]), make(np.float64(0.5))(X[:3]))
 
 
 def test_negative_polynomial_coefficient_is_refused():
