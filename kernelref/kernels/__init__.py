@@ -3,6 +3,8 @@
 ``make_kernel`` turns the estimators' ``kernel=`` strings into kernel objects.
 """
 
+import numbers
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -91,6 +93,11 @@ def resolve_gamma(gamma, X):
             return 1.0 / n_features
         raise ValueError(
             f"gamma must be a positive number, None, 'scale' or 'auto'; got {gamma!r}."
+        )
+    if isinstance(gamma, bool) or not isinstance(gamma, numbers.Real):
+        raise ValueError(
+            f"gamma must be a positive number, None, 'scale' or 'auto'; got {gamma!r}. "
+            "One gamma per input is the ARD kernel: pass kernel=ARD(gamma=...)."
         )
     if not np.isfinite(gamma) or gamma <= 0:
         raise ValueError(f"gamma must be a finite number > 0; got {float(gamma)!r}.")

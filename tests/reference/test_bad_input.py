@@ -43,6 +43,15 @@ def test_gamma_scale_with_overflowing_variance_is_refused():
         SVC(gamma="scale").fit(X_bad, y_class)
 
 
+@pytest.mark.parametrize("gamma", [np.array([0.5, 2.0]), [0.5], True])
+@pytest.mark.parametrize("make", [SVR, KernelRidge, RVR])
+def test_gamma_that_is_not_one_number_is_refused_by_name(make, gamma):
+    """An array or list failed on 'truth value of an array is ambiguous' or
+    '<=' between list and int; True was taken as gamma = 1."""
+    with pytest.raises(ValueError, match=r"gamma must be a positive number.*ARD"):
+        make(kernel="rbf", gamma=gamma).fit(X, y_real)
+
+
 def test_fractional_degree_is_refused_before_fitting():
     with pytest.raises(
         ValueError, match=r"Polynomial: degree must be an integer >= 1; got 2.5"
