@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.linalg import LinAlgError, cho_solve, cholesky, solve_triangular
 from scipy.optimize import minimize
+from scipy.special import logsumexp
 
 from kernelref._validation import (
     check_binary_labels,
@@ -537,12 +538,23 @@ class GaussianProcessClassifier(ClassifierMixin, BaseEstimator):
         return np.column_stack([1.0 - p, p])
 
     def predict_log_proba(self, X, method="probit"):
-        """log P(class | x), columns in the order of ``classes_``. Two classes with
-        ``method="probit"``: log σ(±κμ) directly (``probit_log_probability``), so a
-        confident prediction keeps its small probability instead of log 0; otherwise
-        the log of ``predict_proba``, clipped at the smallest positive float."""
-        if method == "probit" and not self._is_multiclass():
-            mean, variance = self._binary_latent(self._latent(X))
+        """log P(class | x), columns in the order of ``classes_``. With
+        ``method="probit"`` in log space, so a confident prediction keeps its small
+        probability instead of log 0: two classes, log σ(±κμ)
+        (``probit_log_probability``); more, each class's log σ(κμ) less their
+        log-sum-exp. ``"quadrature"``: the log of ``predict_proba``, clipped at the
+        smallest positive float."""
+        if method == "probit":
+            X = self._latent(X)
+            if self._is_multiclass():
+                L = np.column_stack(
+                    [
+                        probit_log_probability(*e._binary_latent(X))
+                        for e in self.estimators_
+                    ]
+                )
+                return L - logsumexp(L, axis=1, keepdims=True)
+            mean, variance = self._binary_latent(X)
             return np.column_stack(
                 [
                     probit_log_probability(-mean, variance),

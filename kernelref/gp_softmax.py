@@ -428,11 +428,14 @@ class SoftmaxGaussianProcessClassifier(ClassifierMixin, BaseEstimator):
     def predict_log_proba(self, X, method="monte_carlo"):
         """log of ``predict_proba`` (same ``method``, same draws). "monte_carlo"
         averages the draws in log space (``monte_carlo_log_probabilities``), so a
-        probability that underflows to 0 keeps its log; "moderated" is the log of
-        its probabilities, clipped at the smallest positive float."""
-        if method != "monte_carlo":  # "moderated", or refused there by name
-            P = self.predict_proba(X, method)
-            return np.log(np.maximum(P, np.finfo(float).tiny))
+        probability that underflows to 0 keeps its log; so does "moderated"
+        (``kernelref.rvm.softmax.moderated_log_softmax``)."""
+        if method == "moderated":
+            from kernelref.rvm.softmax import moderated_log_softmax
+
+            return moderated_log_softmax(*self.latent_predictive(X))
+        if method != "monte_carlo":  # refused there by name
+            return self.predict_proba(X, method)
         mean, cov = self.latent_predictive(X)
         rng = np.random.default_rng(self.random_state)
         return monte_carlo_log_probabilities(mean, cov, self.n_samples, rng)

@@ -8,6 +8,7 @@ path (``kernelref.rvm.rvc_fast``).
 import warnings
 
 import numpy as np
+from scipy.special import logsumexp
 
 from kernelref._validation import (
     check_classification_targets,
@@ -66,6 +67,7 @@ from kernelref.rvm.softmax import (
     Softmax,
     expanded_design,
     latent_moments,
+    moderated_log_softmax,
     moderated_softmax,
     one_hot,
 )
@@ -406,10 +408,10 @@ class RVC(ClassifierMixin, BaseEstimator):
         )
 
     def predict_log_proba(self, X):
-        """log of ``predict_proba``. Binary: log σ(±κμ_a) directly
-        (``probit_log_probability``), finite where a probability rounds to 0 or 1;
-        otherwise the log of the probabilities, clipped at the smallest positive
-        float."""
+        """log of ``predict_proba``, in log space throughout, so finite where a
+        probability rounds to 0 or 1. Binary: log σ(±κμ_a)
+        (``probit_log_probability``). Softmax: `moderated_log_softmax`. 'ovr': each
+        class's binary log probability, less their log-sum-exp."""
         if not self._multiclass():
             phi = self._basis(X)
             variance = np.einsum("nm,mk,nk->n", phi, self.Sigma_, phi)
@@ -420,7 +422,14 @@ class RVC(ClassifierMixin, BaseEstimator):
                     probit_log_probability(mean, variance),
                 ]
             )
-        return np.log(np.maximum(self.predict_proba(X), np.finfo(float).tiny))
+        if self.multi_class == "ovr":
+            L = np.column_stack(
+                [e.predict_log_proba(X)[:, 1] for e in self.estimators_]
+            )
+            return L - logsumexp(L, axis=1, keepdims=True)
+        return moderated_log_softmax(
+            *latent_moments(self._basis(X), self.mu_, self.Sigma_, self.kept_weights_)
+        )
 
     def predict(self, X):
         """The most probable class; for two, the sign of the mean activation."""

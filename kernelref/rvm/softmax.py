@@ -34,6 +34,7 @@ __all__ = [
     "Softmax",
     "expanded_design",
     "latent_moments",
+    "moderated_log_softmax",
     "moderated_softmax",
     "one_hot",
 ]
@@ -114,8 +115,16 @@ def moderated_softmax(mean, covariance):
     difference moderated as the binary model moderates its one activation
     (``gpc-probit``). It is an approximation of E[softmax(a)] that is exact where
     the variances vanish and, for K = 2, equals the binary σ(κ(s²)μ); for K > 2
-    the p_k need not sum to one and are normalised.
+    the p_k need not sum to one and are normalised. Computed in log space
+    (`moderated_log_softmax`).
     """
+    return np.exp(moderated_log_softmax(mean, covariance))
+
+
+def moderated_log_softmax(mean, covariance):
+    """log p_k of `moderated_softmax`: log p̃_k = −log Σ_j exp(−κ(s²_kj)(μ_k − μ_j)),
+    normalised by subtracting log Σ_l p̃_l, both by log-sum-exp, so that a
+    probability below the smallest float keeps its logarithm."""
     variance = np.einsum("nkk->nk", covariance)
     s2 = (
         variance[:, :, None]
@@ -125,5 +134,5 @@ def moderated_softmax(mean, covariance):
     )
     kappa = 1.0 / np.sqrt(1.0 + np.pi * np.maximum(s2, 0.0) / 8.0)
     z = -kappa * (mean[:, :, None] - mean[:, None, :])
-    p = np.exp(-logsumexp(z, axis=2))
-    return p / p.sum(axis=1, keepdims=True)
+    log_p = -logsumexp(z, axis=2)
+    return log_p - logsumexp(log_p, axis=1, keepdims=True)

@@ -301,6 +301,7 @@ def classifiers():
         ),
         ("Platt", lambda: PlattCalibrated(SVC(kernel="linear"), cv=3, random_state=0)),
         ("RVC", lambda: RVC(kernel="linear")),
+        ("RVC-ovr", lambda: RVC(kernel="linear", multi_class="ovr")),
     ]
 
 
@@ -349,6 +350,36 @@ def test_probit_log_probability_is_finite_where_the_probability_underflows():
         probit_log_probability(mean, variance), exact, rtol=1e-15
     )
     assert exact[0] == -800.0
+
+
+def test_moderated_log_softmax_keeps_the_log_of_an_underflowing_probability():
+    from scipy.special import log_softmax
+
+    from kernelref.rvm.softmax import moderated_log_softmax, moderated_softmax
+
+    rng = np.random.default_rng(3)
+    # Without variance the moderated softmax is the softmax itself: exp(−2000)
+    # underflows, its log must not (scipy's log_softmax is the oracle).
+    mean = np.array([[0.0, 2000.0, 1.0], [-900.0, 0.0, 900.0]])
+    exact = moderated_log_softmax(mean, np.zeros((2, 3, 3)))
+    np.testing.assert_allclose(exact, log_softmax(mean, axis=1), rtol=1e-15)
+    assert (
+        exact[0, 0] == -2000.0
+        and moderated_softmax(mean, np.zeros((2, 3, 3)))[0, 0] == 0
+    )
+    # With variance: the formula (rvc-softmax-predictive) in plain arithmetic.
+    mean = rng.normal(size=(4, 3))
+    B = rng.normal(size=(4, 3, 3))
+    covariance = B @ np.swapaxes(B, 1, 2)
+    v = np.einsum("nkk->nk", covariance)
+    s2 = v[:, :, None] + v[:, None, :] - 2 * covariance
+    kappa = 1 / np.sqrt(1 + np.pi * s2 / 8)
+    p = 1 / np.exp(-kappa * (mean[:, :, None] - mean[:, None, :])).sum(axis=2)
+    np.testing.assert_allclose(
+        moderated_log_softmax(mean, covariance),
+        np.log(p / p.sum(axis=1, keepdims=True)),
+        rtol=1e-13,
+    )
 
 
 def test_rvc_log_probability_is_the_log_sigmoid_of_the_moderated_activation():
