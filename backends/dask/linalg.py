@@ -4,7 +4,10 @@ The dual coefficients a = (K + λI)⁻¹ t (label ``ridge-dual-solution``) are
 found here for a Gram matrix K too large for one worker. K is read from a Zarr
 array in square tiles of side b (the last block row may be ragged; only tiles
 (i, j) with i ≥ j are read), and the Cholesky factor L of K + λI is written,
-tile by tile, to a second Zarr array with the same chunking. With T block rows
+tile by tile, to a second Zarr array with the same chunking. With sample
+weights s (``weights``) the matrix factorised is S^½ K S^½ + λI of the weighted
+solution (label ``ridge-weighted``): each K tile is scaled by s_i^½ s_j^½ as a
+task reads it, so no weighted copy of K is ever stored. With T block rows
 and the tile equations
 
     L_jj = chol(K_jj + λI − Σ_{p<j} L_jp L_jpᵀ)              (SYRK, then POTRF)
@@ -166,6 +169,22 @@ def create_factor(path, n, chunk_size, compressors=None, overwrite=True):
     )
 
 
+def _block_roots(root, i, j, n, b):
+    """(s_i^½, s_j^½) of tile (i, j), or None without weights: the few numbers a
+    task needs to scale the K tile it reads (``_scale_tile``)."""
+    if root is None:
+        return None
+    return root[block_slice(i, n, b)], root[block_slice(j, n, b)]
+
+
+def _scale_tile(A, roots):
+    """A ← diag(s_i^½) A diag(s_j^½) in place (``ridge-weighted``); None: as is."""
+    if roots is not None:
+        A *= roots[0][:, None]
+        A *= roots[1][None, :]
+    return A
+
+
 def _diagonal_factor(A, j, b, lam):
     """chol(A) of diagonal tile j (A already holds + λI), or a clear error."""
     try:
@@ -180,13 +199,14 @@ def _diagonal_factor(A, j, b, lam):
         ) from None
 
 
-def _factor_tile(K, L, lam, i, j, b, *written):
+def _factor_tile(K, L, lam, i, j, b, *written, roots=None):
     """Compute and write the factor tile L_ij (the tile equations above).
 
     ``written`` are the results of the tasks that wrote the factor tiles this
-    one reads; they carry no data and only order the tasks.
+    one reads; they carry no data and only order the tasks. ``roots`` scale the
+    K tile (``_block_roots``).
     """
-    A = _tile(K, i, j, b)
+    A = _scale_tile(_tile(K, i, j, b), roots)
     for p in range(j):
         L_ip = _tile(L, i, p, b)
         A -= L_ip @ (L_ip if i == j else _tile(L, j, p, b)).T
@@ -203,9 +223,10 @@ def _factor_tile(K, L, lam, i, j, b, *written):
     record_chunk(L, (i, j))  # checked before the factor is reused (integrity)
 
 
-def tiled_cholesky(K, lam, L, client, order="right"):
+def tiled_cholesky(K, lam, L, client, order="right", weights=None):
     """Write the lower Cholesky factor of K + λI into ``L``, tile by tile, on the
-    cluster.
+    cluster; with ``weights`` s ≥ 0 (shape (n,)) that of S^½ K S^½ + λI
+    (``ridge-weighted``), each K tile scaled as it is read.
 
     ``K`` and ``L`` are Zarr arrays of the same shape and square chunking (``K``
     may instead be a tile source, see ``_tile``); only the tiles on and below the
@@ -222,8 +243,11 @@ def tiled_cholesky(K, lam, L, client, order="right"):
         )
     if order not in ("right", "left"):
         raise ValueError(f"order must be 'right' or 'left'; got {order!r}.")
+    root = None if weights is None else np.sqrt(np.asarray(weights, dtype=float))
+    if root is not None and root.shape != (n,):
+        raise ValueError(f"weights must have shape ({n},); got {root.shape}.")
     if order == "right":
-        return _right_looking(K, lam, L, client)
+        return _right_looking(K, lam, L, client, root)
     T = n_blocks(n, b)
     run = uuid.uuid4().hex[:8]
     tasks = {}
@@ -241,6 +265,7 @@ def tiled_cholesky(K, lam, L, client, order="right"):
                 j,
                 b,
                 *needs,
+                roots=_block_roots(root, i, j, n, b),
                 key=f"cholesky-tile-{i}-{j}-{run}",
             )
     _wait_all(client, list(tasks.values()))
@@ -306,11 +331,13 @@ def _latest_version(work, i, j):
     return max(versions, default=0)
 
 
-def _trailing_tile(K, work, i, j, k, b):
-    """(A⁽ᵏ⁾_ij, its buffer): K's tile for k = 0, else the version written by the
-    k-th update (raw float64, read into a reused buffer)."""
+def _trailing_tile(K, work, i, j, k, b, roots=None):
+    """(A⁽ᵏ⁾_ij, its buffer): K's tile for k = 0 (scaled by ``roots``, see
+    ``_block_roots``), else the version written by the k-th update (raw float64,
+    read into a reused buffer)."""
     if k == 0:
-        return read_tile(K, i, j, b)
+        A, buffer = read_tile(K, i, j, b)
+        return _scale_tile(A, roots), buffer
     n = K.shape[0]
     shape = (block_slice(i, n, b).stop - i * b, block_slice(j, n, b).stop - j * b)
     buffer = take_buffer((b, b))
@@ -346,13 +373,13 @@ def _subtract_products(A, L, i, j, steps, b):
     give_buffer(product)
 
 
-def _update_task(K, L, work, i, j, k, b, *written, last=None):
+def _update_task(K, L, work, i, j, k, b, *written, last=None, roots=None):
     """A⁽ᵐ⁺¹⁾_ij = A⁽ᵏ⁾_ij − Σ_{p=k..m} L_ip L_jpᵀ for m = ``last`` (default k): the
     updates of steps k to m at once, unless a version after m exists (a rerun)."""
     last = k if last is None else last
     if _latest_version(work, i, j) > last:
         return
-    A, buffer = _trailing_tile(K, work, i, j, k, b)
+    A, buffer = _trailing_tile(K, work, i, j, k, b, roots)
     _subtract_products(A, L, i, j, range(k, last + 1), b)
     _save_version(work, i, j, last + 1, A)
     give_buffer(buffer)
@@ -368,9 +395,9 @@ def _step_batches(j, size):
     return batches + [(j - 1, j - 1)] if j > 0 else []
 
 
-def _panel_task(K, L, lam, work, i, k, b, *written):
+def _panel_task(K, L, lam, work, i, k, b, *written, roots=None):
     """L_kk = chol(A⁽ᵏ⁾_kk + λI) (i = k) or L_ik = A⁽ᵏ⁾_ik L_kk⁻ᵀ (i > k)."""
-    A, buffer = _trailing_tile(K, work, i, k, k, b)
+    A, buffer = _trailing_tile(K, work, i, k, k, b, roots)
     if i == k:
         A[np.diag_indices(len(A))] += lam
         tile = _diagonal_factor(A, k, b, lam)
@@ -385,8 +412,9 @@ def _panel_task(K, L, lam, work, i, k, b, *written):
     give_buffer(buffer)
 
 
-def _right_looking(K, lam, L, client):
-    """Right-looking tiled Cholesky with lookahead (see the comment above)."""
+def _right_looking(K, lam, L, client, root=None):
+    """Right-looking tiled Cholesky with lookahead (see the comment above); the
+    tasks that read K (step 0) scale its tiles by ``root`` = s^½ if given."""
     import pathlib
     import shutil
 
@@ -416,6 +444,7 @@ def _right_looking(K, lam, L, client):
                     k,
                     b,
                     *needs,
+                    roots=_block_roots(root, i, k, n, b) if k == 0 else None,
                     key=f"cholesky-panel-{i}-{k}-{run}",
                     priority=3 * (T - k) + 2,
                 )
@@ -439,6 +468,9 @@ def _right_looking(K, lam, L, client):
                             b,
                             *needs,
                             last=last,
+                            roots=_block_roots(root, i, j, n, b)
+                            if first == 0
+                            else None,
                             key=f"cholesky-update-{i}-{j}-{last}-{run}",
                             priority=3 * (T - j),
                         )

@@ -127,3 +127,23 @@ def test_tiles_read_and_written_directly_equal_zarr_s(tmp_path, compressors):
             )
             assert (buffer is None) == (compressors is not None)
             linalg.give_buffer(buffer)
+
+
+@pytest.mark.parametrize("order", ["right", "left"])
+def test_weighted_ridge_tiled_cholesky_equals_scipy(client, tmp_path, order):
+    """With weights s the tiles are scaled as read: the factor of S^½ K S^½ + λI
+    (``ridge-weighted``), zero weights included, ragged last tiles."""
+    n, b = 130, 40
+    K = rbf_gram(n, seed=6)
+    s = np.random.default_rng(7).uniform(0.0, 3.0, size=n)
+    s[::5] = 0.0
+    L = linalg.create_factor(str(tmp_path / "L"), n, b)
+    stored = lower_tile_store(tmp_path / "K", K, b)
+    linalg.tiled_cholesky(stored, LAM, L, client, order=order, weights=s)
+    root = np.sqrt(s)
+    expected = scipy.linalg.cholesky(
+        root[:, None] * K * root[None, :] + LAM * np.eye(n), lower=True
+    )
+    np.testing.assert_allclose(L[...], expected, rtol=0, atol=1e-10)
+    with pytest.raises(ValueError, match=r"weights must have shape \(130,\)"):
+        linalg.tiled_cholesky(stored, LAM, L, client, weights=s[:-1])
