@@ -188,16 +188,22 @@ class StreamedGram:
         self.close()
 
 
-def pivoted_cholesky(kernel, X, rank, trace_tol=0.0, diagonal_tol=0.0):
+def pivoted_cholesky(kernel, X, rank, trace_tol=0.0, diagonal_tol=0.0, weights=None):
     """L (N × r′, r′ ≤ rank) with K ≈ LLᵀ, by greedy diagonal pivoting.
 
     Step k takes the pivot p with the largest diagonal of K − LLᵀ and appends the
     column (k(X, x_p) − L L_pᵀ)/√d_p; the trace of the residual K − LLᵀ is the sum
     of the remaining diagonal, which never increases. The growth stops early
     once that trace is at most `trace_tol`, or the largest remaining diagonal at
-    most `diagonal_tol` (``rank="auto"``: ``auto_pivoted_cholesky``).
+    most `diagonal_tol` (``rank="auto"``: ``auto_pivoted_cholesky``). With
+    `weights` s ≥ 0 the matrix is S^½ K S^½ (``ridge-weighted``): its diagonal
+    s_n k(x_n, x_n) and columns s^½ s_p^½ k(X, x_p), so no zero-weight row is
+    ever a pivot.
     """
     d = np.array(kernel.diag(X), dtype=np.float64)
+    root = None if weights is None else np.sqrt(np.asarray(weights, dtype=float))
+    if root is not None:
+        d *= root**2
     n = len(d)
     rank = min(rank, n)
     L = np.zeros((n, rank), order="F")  # columns contiguous: L[:, :k] is read often
@@ -206,7 +212,10 @@ def pivoted_cholesky(kernel, X, rank, trace_tol=0.0, diagonal_tol=0.0):
         p = int(np.argmax(d))
         if d[p] <= max(stop, diagonal_tol) or d.sum() <= trace_tol:
             return np.ascontiguousarray(L[:, :k])
-        column = kernel(X, X[p : p + 1])[:, 0] - L[:, :k] @ L[p, :k]
+        column = kernel(X, X[p : p + 1])[:, 0]
+        if root is not None:
+            column *= root * root[p]
+        column -= L[:, :k] @ L[p, :k]
         L[:, k] = column / np.sqrt(d[p])
         d -= L[:, k] ** 2
         d[p] = 0.0
@@ -233,7 +242,7 @@ def auto_rank_cap(n):
     return int(min(AUTO_RANK_MAX, max(1, AUTO_RANK_PER_ROOT_N * np.sqrt(n))))
 
 
-def auto_pivoted_cholesky(kernel, X, lam):
+def auto_pivoted_cholesky(kernel, X, lam, weights=None):
     """``pivoted_cholesky`` with its rank chosen from the spectrum it measures."""
     n = len(X)
     return pivoted_cholesky(
@@ -242,14 +251,16 @@ def auto_pivoted_cholesky(kernel, X, lam):
         auto_rank_cap(n),
         trace_tol=AUTO_TRACE_FRACTION * lam * n,
         diagonal_tol=lam,
+        weights=weights,
     )
 
 
-def preconditioner_factor(kernel, X, rank, lam):
-    """The pivoted-Cholesky factor L of rank `rank` (an int, or "auto")."""
+def preconditioner_factor(kernel, X, rank, lam, weights=None):
+    """The pivoted-Cholesky factor L of rank `rank` (an int, or "auto"), of K or,
+    with `weights`, of S^½ K S^½."""
     if isinstance(rank, str) and rank == "auto":
-        return auto_pivoted_cholesky(kernel, X, lam)
-    return pivoted_cholesky(kernel, X, rank)
+        return auto_pivoted_cholesky(kernel, X, lam, weights)
+    return pivoted_cholesky(kernel, X, rank, weights=weights)
 
 
 def check_rank(rank, name="rank"):

@@ -9,6 +9,17 @@ With M centres C (rows of X) the estimator f(x) = k(x, C) β minimises
 in ``ridge-dual-solution``). With every point a centre, K_NM = K and β is the
 exact ridge solution (K + λI)⁻¹ t.
 
+With sample weights s ≥ 0 (S = diag(s)) the weighted ridge problem of
+``ridge-weighted``, ½ Σ_n s_n (wᵀφ(x_n) − t_n)² + λ/2 ‖w‖², restricted to
+w = Σ_m β_m φ(c_m) (so wᵀφ(x_n) = K_nM β and ‖w‖² = βᵀK_MMβ), is minimised by
+
+    H_s β = K_NMᵀ S t,   H_s = K_NMᵀ S K_NM + λ K_MM      (label ``nystrom-weighted``)
+
+With every point a centre and K invertible this is K (SK + λI) β = K S t, so
+β = (SK + λI)⁻¹ S t = S^½ (S^½ K S^½ + λI)⁻¹ S^½ t, the weighted ridge solution.
+Each task weights its rows' K_iM (``nystrom_rows``), and the sketched
+preconditioner estimates H_s with the sketch rows' weights.
+
 FALKON's preconditioner replaces K_NMᵀ K_NM by its value (N/M) K_MM² under
 uniform sampling: with K_MM = TᵀT and (N/M) T Tᵀ + λI = AᵀA (Cholesky factors,
 upper), P = (N/M) K_MM² + λ K_MM = Tᵀ Aᵀ A T, and B = T⁻¹ A⁻¹ gives
@@ -76,8 +87,10 @@ def _centred(C, shift):
     return C, np.einsum("ij,ij->i", C, C)
 
 
-def nystrom_rows(ref, i, C, kernel, shift, U, t_ref):
-    """Worker task: K_iMᵀ (K_iM U) for row chunk i (or K_iMᵀ t_i if U is None).
+def nystrom_rows(ref, i, C, kernel, shift, U, t_ref, s_ref=None):
+    """Worker task: K_iMᵀ (K_iM U) for row chunk i (or K_iMᵀ t_i if U is None);
+    with the weights ``s_ref`` names, K_iMᵀ S_i (K_iM U) or K_iMᵀ S_i t_i
+    (``nystrom-weighted``).
 
     K_iM is formed a few rows at a time (``TILE_ROWS`` × ``TILE_COLS`` entries)
     in a reused buffer, and used twice while it is in cache.
@@ -85,6 +98,7 @@ def nystrom_rows(ref, i, C, kernel, shift, U, t_ref):
     X_i, x_norms = centred_chunk(ref, i, shift)
     C, c_norms = _centred(C, shift)
     left = read_chunk(t_ref, i).reshape(len(X_i), -1) if U is None else None
+    s_i = None if s_ref is None else read_chunk(s_ref, i).reshape(len(X_i), 1)
     k = left.shape[1] if U is None else U.shape[1]
     out = np.zeros((len(C), k))
     rows_per_tile = max(1, TILE_ROWS * TILE_COLS // len(C))
@@ -92,7 +106,8 @@ def nystrom_rows(ref, i, C, kernel, shift, U, t_ref):
     for r0 in range(0, len(X_i), rows_per_tile):
         rows = slice(r0, r0 + rows_per_tile)
         K_rM = kernel_block(kernel, X_i[rows], C, buffer, x_norms[rows], c_norms)
-        out += K_rM.T @ (left[rows] if U is None else K_rM @ U)
+        right = left[rows] if U is None else K_rM @ U
+        out += K_rM.T @ (right if s_i is None else s_i[rows] * right)
     return out
 
 
@@ -200,9 +215,11 @@ class SketchedPreconditioner(FalkonPreconditioner):
     (N/S)ΦᵀΦ + λI = AᵀA, so that BᵀB = P⁻¹ for P = (N/S)K_SMᵀK_SM + λ(K_MM + εI),
     an unbiased estimate of H (``nystrom-normal``) where FALKON's (N/M)K_MM² is
     biased (module docstring). Factored as FALKON's, so the directions K_MM
-    does not span are damped alike. With X_S every row, BᵀHB = I up to ε."""
+    does not span are damped alike. With X_S every row, BᵀHB = I up to ε.
+    With the sketch rows' weights ``s_S``, Φ = S_S^½ K_SM T⁻¹ and P estimates
+    H_s of ``nystrom-weighted`` alike."""
 
-    def __init__(self, kernel, X_S, C, K_MM, n, lam):
+    def __init__(self, kernel, X_S, C, K_MM, n, lam, s_S=None):
         m = len(K_MM)
         K = K_MM.copy()
         K.flat[:: m + 1] += JITTER * max(np.max(np.diag(K_MM)), 1.0)
@@ -213,6 +230,8 @@ class SketchedPreconditioner(FalkonPreconditioner):
             Phi_T = solve_triangular(  # (K_SM T⁻¹)ᵀ = T⁻ᵀ K_SMᵀ
                 self.T, K_SM.T, trans="T", lower=False, check_finite=False
             )
+            if s_S is not None:
+                Phi_T *= np.sqrt(s_S[s : s + SKETCH_BLOCK])[None, :]
             inner += Phi_T @ Phi_T.T
         inner *= n / len(X_S)
         inner.flat[:: m + 1] += lam
@@ -221,7 +240,9 @@ class SketchedPreconditioner(FalkonPreconditioner):
 
 class FalkonFit:
     """Conjugate gradients on ``falkon-system`` as a ``run_loop`` fit, with the
-    ``preconditioner``'s B and Bᵀ (default: FALKON's).
+    ``preconditioner``'s B and Bᵀ (default: FALKON's); with ``s_ref`` naming the
+    store's weights, on H_s of ``nystrom-weighted`` (give a preconditioner that
+    estimates H_s: FALKON's ignores the weights).
 
     The right-hand side Bᵀ K_NMᵀ t costs one round of tasks; it is computed in
     ``start`` and kept in the state, so a resumed fit does not repeat it.
@@ -243,6 +264,7 @@ class FalkonFit:
         tol,
         max_iter,
         preconditioner=None,
+        s_ref=None,
     ):
         from backends.dask.cg import ConjugateGradients
 
@@ -250,11 +272,12 @@ class FalkonFit:
         self.client, self.store, self.kernel, self.shift = client, store, kernel, shift
         self.C, self.K_MM, self.lam, self.t_shape = C, K_MM, lam, t_shape
         self.tol, self.max_iter = tol, max_iter
+        self.s_ref = s_ref
         self.P = preconditioner or FalkonPreconditioner(K_MM, store.n, lam)
         self.cg = None
 
     def normal_times(self, U):
-        """K_NMᵀ K_NM U, one round of tasks."""
+        """K_NMᵀ K_NM U (K_NMᵀ S K_NM U with weights), one round of tasks."""
         parts = map_chunks(
             self.client,
             nystrom_rows,
@@ -264,11 +287,12 @@ class FalkonFit:
             self.shift,
             U,
             None,
+            self.s_ref,
         )
         return np.sum(parts, axis=0)
 
     def apply(self, V):
-        """Bᵀ H B V with H of ``nystrom-normal``."""
+        """Bᵀ H B V with H of ``nystrom-normal`` (H_s of ``nystrom-weighted``)."""
         U = self.P.B(V)
         return self.P.B_T(self.normal_times(U) + self.lam * (self.K_MM @ U))
 
@@ -289,6 +313,7 @@ class FalkonFit:
             self.shift,
             None,
             self.store.array_ref("t"),
+            self.s_ref,
         )
         rhs = self.P.B_T(np.sum(parts, axis=0))
         state = self._solver(rhs).start()
