@@ -31,12 +31,14 @@ import tempfile
 import warnings
 import weakref
 
+import numpy as np
+
 from backends.dask import cg as _cg
 from backends.dask import ridge_iterative as _iterative
 from backends.dask.blocks import lower_blocks, n_blocks
 from backends.dask.cluster import get_client
 from backends.dask.estimator_args import check_backend_args, refuse_precomputed
-from backends.dask.gram_store import COMPRESSORS, GramStore
+from backends.dask.gram_store import COMPRESSORS, GramStore, fingerprint
 from backends.dask.integrity import damaged_chunks
 from backends.dask.linalg import create_factor, tiled_cho_solve, tiled_cholesky
 from kernelref._validation import check_integer, check_positive
@@ -193,20 +195,26 @@ class KernelRidge(ReferenceKernelRidge):
                 f"random_state must be an integer seed; got {self.random_state!r}."
             )
 
-    def fit(self, X, y):
-        """Solve a = (K + λI)⁻¹ t on the cluster (label ``ridge-dual-solution``)."""
+    def fit(self, X, y, sample_weight=None):
+        """Solve a = (K + λI)⁻¹ t on the cluster (label ``ridge-dual-solution``),
+        or with ``sample_weight`` the weighted solution (label ``ridge-weighted``).
+
+        ``sample_weight`` is one weight ≥ 0 per sample, not all zero, or a single
+        number for all (weight c is penalty λ/c), checked as the reference checks
+        it, before any work.
+        """
         self._validate_backend()
-        lam, X, t, _, kernel = self._validate(X, y)
+        lam, X, t, s, kernel = self._validate(X, y, sample_weight)
         client = get_client(self.address)
         X_fit = X
         if self.solver == "cholesky":
-            a = self._fit_cholesky(X, t, lam, kernel, client)
+            a = self._fit_cholesky(X, t, lam, kernel, client, s)
         elif self.solver == "cg":
-            a = self._fit_cg(X, t, lam, kernel, client)
+            a = self._fit_cg(X, t, lam, kernel, client, s)
         else:
             self.__dict__.pop("store_", None)
             X_fit, a, self.n_iter_ = _iterative.fit_nystrom(
-                self, X, t, lam, kernel, client
+                self, X, t, lam, kernel, client, s
             )
         self.dual_coef_ = a
         self.kernel_ = kernel
@@ -214,7 +222,10 @@ class KernelRidge(ReferenceKernelRidge):
         self.n_features_in_ = X.shape[1]
         return self
 
-    def _fit_cholesky(self, X, t, lam, kernel, client):
+    def _fit_cholesky(self, X, t, lam, kernel, client, s=None):
+        """a = (K + λI)⁻¹ t, or S^½ (S^½ K S^½ + λI)⁻¹ S^½ t with weights s
+        (``ridge-weighted``): the tiles of the one stored K are scaled as the
+        factorisation reads them (``linalg.tiled_cholesky``)."""
         self.__dict__.pop("n_iter_", None)
         path = self._store_path()
         store = GramStore.build(
@@ -227,10 +238,11 @@ class KernelRidge(ReferenceKernelRidge):
             overwrite=self.store is None,
         )
         self.store_ = str(store.path)
-        L = _reusable_factor(store, lam)
+        weights = None if s is None else fingerprint(s)
+        L = _reusable_factor(store, lam, weights)
         if L is None:
             L = create_factor(str(store.path / "cholesky"), store.n, store.chunk_size)
-            tiled_cholesky(store.array, lam, L, client)
+            tiled_cholesky(store.array, lam, L, client, weights=s)
             # Set last, so an interrupted factorisation is never taken for a finished
             # one.
             L.attrs.update(
@@ -238,14 +250,18 @@ class KernelRidge(ReferenceKernelRidge):
                     "lam": lam,
                     "data": store.attrs["data"],
                     "kernel": store.attrs["kernel"],
+                    "weights": weights,
                     "complete": True,
                 }
             )
-        return tiled_cho_solve(L, t, client)
+        if s is None:
+            return tiled_cho_solve(L, t, client)
+        root = np.sqrt(s).reshape((len(s),) + (1,) * (t.ndim - 1))
+        return root * tiled_cho_solve(L, root * t, client)
 
-    def _fit_cg(self, X, t, lam, kernel, client):
+    def _fit_cg(self, X, t, lam, kernel, client, s=None):
         self.__dict__.pop("store_", None)
-        a, self.n_iter_ = _iterative.fit_cg(self, X, t, lam, kernel, client)
+        a, self.n_iter_ = _iterative.fit_cg(self, X, t, lam, kernel, client, s)
         return a
 
     def _store_path(self):
@@ -270,9 +286,9 @@ class KernelRidge(ReferenceKernelRidge):
         return state
 
 
-def _reusable_factor(store, lam):
-    """The store's Cholesky factor if it was finished for this λ, data and kernel, else
-    None."""
+def _reusable_factor(store, lam, weights=None):
+    """The store's Cholesky factor if it was finished for this λ, data, kernel and
+    weights (their ``fingerprint``; None: unweighted), else None."""
     import zarr
 
     path = store.path / "cholesky"
@@ -294,6 +310,7 @@ def _reusable_factor(store, lam):
         and attrs.get("lam") == lam
         and attrs.get("data") == store.attrs["data"]
         and attrs.get("kernel") == store.attrs["kernel"]
+        and attrs.get("weights") == weights
         and L.shape == store.array.shape
         and tuple(L.chunks) == tuple(store.array.chunks)
     )
