@@ -266,6 +266,7 @@ def test_auto_final_pass_lets_near_copies_in_and_then_the_bounded_hold_runs():
         "hold-held",
         "hold-released",
         "hold-final",
+        "auto-swap",  # the swap pass from the best run (test_rvm_swaps.py)
     ]
     assert runs["auto-final"].log_evidence > runs["auto-released"].log_evidence + 0.1
     before, after = runs["auto-released"].active, runs["auto-final"].active
@@ -277,10 +278,10 @@ def test_auto_final_pass_lets_near_copies_in_and_then_the_bounded_hold_runs():
     assert result.log_evidence == max(kept)
     L = posterior(Phi[:, result.active], t, result.alpha, result.beta).log_evidence
     assert result.log_evidence == pytest.approx(L, abs=1e-8)
-    # Where the pass changes nothing, nothing more runs.
+    # Where the pass changes nothing, only the swap pass runs after it.
     Phi, t = sinc_problem(0, 100, 1 / 18)
     result, runs = auto_runs(Phi, t)
-    assert list(runs) == ["auto-held", "auto-released", "auto-final"]
+    assert list(runs) == ["auto-held", "auto-released", "auto-final", "auto-swap"]
     np.testing.assert_array_equal(
         np.sort(runs["auto-final"].active), np.sort(runs["auto-released"].active)
     )
@@ -330,7 +331,7 @@ def test_auto_hold_stops_within_its_budgets():
     N, usable = len(t), np.ones(Phi.shape[1], dtype=bool)
     states = {}
     result, runs = auto_runs(Phi, t, states)
-    assert list(runs)[3:] == ["hold-held", "hold-released", "hold-final"]
+    assert list(runs)[3:] == ["hold-held", "hold-released", "hold-final", "auto-swap"]
     bound = HOLD_SIZE_FACTOR * len(runs["auto-final"].active)
     held = states["hold-held"]
     # The evidence at the β (rvm-noise) gives, every RELEASE_EVERY iterations,
