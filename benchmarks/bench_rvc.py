@@ -179,6 +179,61 @@ its empty path out (40 approximations against 28; ratio 0.14), the rest as
 before (s1 c = 4 0.28). A margin of 8 per 250 points (12.1 at N = 379) also ran
 s1 c = 4's losing path out: 76 approximations, ratio 0.68.
 
+A sixth pass (2026-11-24, 16:00-17:00 UTC, machine shared, load 1-3.6): the time of
+wine one-vs-rest, profiled; nothing adopted.
+
+- Profile (cProfile, line timings and counters; the six wine ovr rows, 18 binary
+  problems, 36 paths, 533 Gaussian approximations). Per fit: the dense start's
+  columns, mode and ten re-estimations 16% (~3.5 ms a class), the re-estimated path 41%,
+  the empty path 44%. Per approximation (~0.6 ms): the ``FastLoop`` 71% (start
+  ~0.1 ms, 11.7 iterations on average at 60-85 us, of which choosing the action 33%,
+  the Newton polish 23%, additions and deletions 11% each), the Newton mode 16%
+  (3.5 steps), the whitening 4%. The re-estimated path's first approximation deletes
+  31-47 of the start's ~50 basis functions one at a time (33-52 iterations, 1.6-2.9
+  ms; over all 48 rows 18% of the approximations' time). The tolerance's tail (the
+  approximations after a path's last change of model) is 235 of the 533 approximations
+  but 25% of their time (~0.34 ms: a polish and a check): 3-20 per path, mostly 4-10;
+  the log alpha contract by rho ~ 0.25 per approximation and the tolerance falls at
+  most tenfold per approximation, so 4-5 plus the one at ``tol`` that confirms. Empty
+  paths take half the approximations' time over all rows; of the 72 pairs of paths
+  they end higher on 17 (8 of the 36 ovr classes), and on 9 of the 36 ovr classes at
+  the re-estimated path's own fixed point (within 1e-3 nats).
+- An upper bound: the re-estimated path alone (no empty path) on wine ovr gives ratios
+  0.34-0.83 (s1 c = 4: 0.80) and loses 1.56 nats (s0 c = 4) and 1.04 (s1 c = 0.25):
+  not even dropping the empty path meets the time target on all six rows.
+- The paths are chaotic at small perturbations: deleting the warm start's negligible
+  basis functions together (q^2 <= s and sum of s_j/alpha_j at most eps, which bounds
+  the relative change of every other S_i, Q_i; after ten re-estimations 38 of the 47
+  deletions of wine s1 c = 4 class 1's first approximation have alpha_j/s_j >= 1e6, and
+  the loop deletes them last, in that order) at eps = 1e-6 left 46 rows within 1e-5
+  nats but moved ripley s0 c = 1 by -0.70 and iris s1 c = 4 softmax by +0.77; at
+  eps = 1e-8 (``DRIFT_MAX``) wine ovr's evidence was equal to 1e-10 and its loop
+  iterations 10% fewer, at the same CPU time (the first approximation 2.4 -> 1.7 ms:
+  ~2% of a fit). So a change must be bit for bit to be sure of the evidence rule.
+- Tried, not adopted (A/B by CPU time, min of 3 fits, alternating): the joint
+  deletion of ``FastLoop._prune`` with beta held, on every approximation: 38 of 48
+  (classif s0 c = 0.25 -0.14 -> -2.95, ripley s1 c = 1 +0.61 -> -1.26; wine s1 c = 4
+  softmax -0.81 -> -0.19), loop iterations -30%, time not lower; on the re-estimated
+  path's first approximation only: 38 (classif s0 c = 0.25 -4.02). ACCELERATE_RATE
+  0.25: the same evidence (iris s0 c = 1 softmax, unconverged, -0.07) and
+  approximations within 4 on every row. Aitken's extrapolation off: wine s0 c = 4 ovr
+  543 approximations (159). The empty path abandoned at every approximation from the
+  fifth on at a margin D below 8 (replayed on this run's paths): D = 4 abandons no
+  path that went on to win and saves 5% of the approximations' time; D = 3 abandons
+  two (moons s0 c = 4, classif s1 c = 1, 3.05-3.72 nats behind after 5-6) - and the
+  winners at N = 1000-5000 trailed by 10-14 nats. ``FastLoop.result`` with mu alone
+  (``fast_path`` uses nothing else of it): bit for bit equal, -1% CPU. Other
+  bit-for-bit cuts the profile points to are each smaller than the noise here
+  (estimated: Phi w kept between the Newton steps ~2%, no new mode after an
+  approximation that changed nothing ~3%, 107 of them on the 12 ovr rows).
+- Two whole runs of the code as it stands (30366bf; load ~1.3 and ~7): met on 39 and
+  37 of 48 (time on 43 and 41, evidence on 43), median ratio 0.25 and 0.21; the same
+  approximations and evidence on every row, the ratios of one row up to 2x apart
+  between the runs (wine s0 c = 4 ovr 0.59 and 1.31). Not met: time on wine ovr
+  (0.46-1.31), and in one run wine s0 c = 0.25 ovr (0.62) and moons s1 c = 4 (0.55);
+  evidence as before. What remains is the structure: two paths of 6-32
+  approximations per class at ~0.6 ms each, against re-estimation's ~0.15 ms steps.
+
 sklearn-rvm (``pip install sklearn-rvm``, the ``bench`` extra) is a benchmark-only
 peer; where it does not import, the benchmark says so and compares with
 re-estimation alone. Its EM reports no Laplace evidence, so only its time, vector
