@@ -19,6 +19,13 @@ state (``dual_coef_``, ``X_fit_``, ``kernel_``, ``n_features_in_``), so
   centres (``backends.dask.nystrom``); ``X_fit_`` holds the centres and
   ``dual_coef_`` their coefficients β.
 
+``fit(X, y, sample_weight)`` takes the reference's sample weights s ≥ 0 (label
+``ridge-weighted``), checked by the reference's own validation, with every
+solver: the tiled Cholesky factorises S^½ K S^½ + λI, scaling the stored K's
+tiles as it reads them (the factor is reused only for the same weights); CG
+iterates with v ↦ s^½ ∘ K(s^½ ∘ v) + λv; Nyström solves the weighted problem on
+the centres' span (``nystrom-weighted``).
+
 X (N × D) must fit in the client's memory; the N × N Gram matrix need not fit
 in any worker's. ``kernel="precomputed"`` is refused: a precomputed Gram matrix
 is one the caller already holds in memory, which the reference solves directly.
@@ -92,7 +99,8 @@ class KernelRidge(ReferenceKernelRidge):
         (pivoted Cholesky only) grows it from the measured spectrum
         (``cg.auto_pivoted_cholesky``).
     tol : float
-        Stopping rule of the conjugate gradients, ‖t − (K + λI)a‖ ≤ tol·‖t‖; see
+        Stopping rule of the conjugate gradients, ‖t − (K + λI)a‖ ≤ tol·‖t‖ (with
+        weights, the same rule for the system (S^½ K S^½ + λI) b = S^½ t); see
         ``backends.dask.cg.DEFAULT_TOL`` for the default's accuracy.
     max_iter : int
         Iteration cap of the conjugate gradients; reaching it warns.
@@ -102,6 +110,17 @@ class KernelRidge(ReferenceKernelRidge):
         Scheduler address; ``None`` uses the active client or an embedded cluster.
     random_state : int
         Seed of the Nyström landmarks.
+
+    ``fit(X, y, sample_weight=None)``: ``sample_weight`` is one weight ≥ 0 per
+    sample (not all zero) or one number for all, as in the reference
+    (``ridge-weighted``: a = S^½ (S^½ K S^½ + λI)⁻¹ S^½ t; a sample of weight zero
+    gets a_n = 0 and leaves the fit as if dropped). Every solver takes it:
+    "cholesky" factorises S^½ K S^½ + λI from the stored, unweighted K (its tiles
+    scaled as they are read; a stored factor is reused only for the same λ, data,
+    kernel and weights); "cg" solves (S^½ K S^½ + λI) b = S^½ t with a
+    preconditioner for that matrix and the stopping rule on it, a = S^½ b;
+    "nystrom" solves K_NMᵀ S K_NM β + λ K_MM β = K_NMᵀ S t, the weighted problem
+    restricted to the span of the centres (drawn as without weights).
 
     Attributes
     ----------
