@@ -61,7 +61,13 @@ GRAM_ROW_RESIDUAL_MIN = 1e-4
 
 def orthonormal_coordinates(Phi, active):
     """An orthonormal basis U of the span of the model's columns and the
-    coordinates Ψ = UᵀΦ of every column, from a QR factorisation."""
+    coordinates Ψ = UᵀΦ of every column, from a QR factorisation. A design that
+    formed them already (``Phi.coordinates(active)``: the Dask backend's
+    reweighted design, in the pass of its column norms) answers instead."""
+    kept = getattr(Phi, "coordinates", None)
+    found = None if kept is None else kept(active)
+    if found is not None:
+        return found
     U = orthonormal_basis(Phi[:, active])
     return U, U.T @ Phi
 

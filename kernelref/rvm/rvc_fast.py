@@ -128,10 +128,12 @@ ACCELERATE_RATE = 0.5
 ACCELERATE_MAX = 3.0
 
 
-def dense_approximation(Phi, a, t, likelihood):
+def dense_approximation(Phi, a, t, likelihood, active=None):
     """Φ̃ = B^½Φ at the latent values a on columns of unit norm, their norms, and
     t̃ (label ``rvc-linearised-target``): the problem `fast_classifier` runs the
-    sequential algorithm on."""
+    sequential algorithm on. ``active``, the columns of the model the algorithm
+    warm-starts from, is for a design that forms their coordinates on the way
+    (the Dask backend's): here Φ̃ is at hand."""
     Phi_tilde, t_tilde = likelihood.whiten(Phi, a, t)
     Phi_unit, scales = unit_columns(Phi_tilde)
     return Phi_unit, scales, t_tilde
@@ -350,7 +352,7 @@ def fast_path(
     loop_tol, last_change, last_step = max(tol, LOOSE_TOL), np.inf, None
     for n_iter in range(1, max_iter + 1):
         a = Phi[:, active] @ w[active]
-        Phi_unit, scales, t_tilde = approximation(Phi, a, t, likelihood)
+        Phi_unit, scales, t_tilde = approximation(Phi, a, t, likelihood, active)
         unit_alpha = None
         if alpha is not None:  # a unit column φ/c carries the weight c·w: α/c²
             unit_alpha = alpha / np.where(scales > 0, scales, 1.0) ** 2

@@ -193,6 +193,36 @@ def test_gram_rows_are_those_of_phi_and_independent_of_their_batch(client):
     np.testing.assert_allclose(alone, Phi[:, 3] @ Phi, rtol=1e-12, atol=1e-13)
 
 
+def test_a_reweighted_design_forms_the_warm_start_coordinates_in_its_one_pass(client):
+    from backends.dask.runtime import FitStore
+    from backends.dask.rvm.design import StreamedDesign
+    from kernelref.kernels import RBF
+    from kernelref.rvm.coordinates import orthonormal_coordinates
+
+    X, _ = sinc20(500)
+    kernel, active = RBF(1 / 18), np.array([0, 7, 42, 300])
+    b = np.random.default_rng(1).uniform(0.2, 0.5, size=len(X))  # B^½ of a mode
+    t = np.random.default_rng(2).normal(size=len(X))
+    store = FitStore.prepare(None, X, identity={"t": 1}, chunk_size=200, client=client)
+    try:
+        design = StreamedDesign(X, X.mean(axis=0), kernel, True, store, client)
+        passes = design.counts["passes"]
+        unit = design.reweighted(b, t, active)
+        U, Psi = orthonormal_coordinates(unit, active)
+        PhiT_t = t @ unit
+        assert design.counts["passes"] == passes + 1, "norms, Φ̃ᵀt and Ψ: one pass"
+        assert unit.coordinates(active[:3]) is None  # another model: not kept
+    finally:
+        store.remove_if_temporary()
+    Phi = b[:, None] * design_matrix(kernel, X, X, True)
+    Phi /= np.linalg.norm(Phi, axis=0)
+    np.testing.assert_allclose(U.T @ U, np.eye(len(active)), atol=1e-13)
+    # U spans the model's columns, and Ψ holds the coordinates of every column
+    np.testing.assert_allclose(U @ (U.T @ Phi[:, active]), Phi[:, active], atol=1e-12)
+    np.testing.assert_allclose(Psi, U.T @ Phi, atol=1e-12)
+    np.testing.assert_allclose(PhiT_t, t @ Phi, rtol=1e-12, atol=1e-12)
+
+
 def test_prefetched_rows_save_passes_and_keep_the_model(client):
     X, t = sinc20(600)
     params = dict(gamma=1 / 18, beta_schedule="update")

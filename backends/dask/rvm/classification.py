@@ -7,9 +7,9 @@ sequential algorithm runs with β = 1; and the mode itself, by Newton's method
 over the m basis functions in the model (label ``rvc-irls``). Here:
 
 - Φ is a ``StreamedDesign``; each approximation is the same design with row
-  weights B^½ (``reweighted``: one pass for both its column norms and Φ̃ᵀt̃,
-  which the sequential algorithm asks for first), so
-  Φ̃ is never formed either;
+  weights B^½ (``reweighted``: one pass for its column norms, Φ̃ᵀt̃, which
+  the sequential algorithm asks for first, and the coordinates UᵀΦ̃ of the
+  model it warm-starts from), so Φ̃ is never formed either;
 - the Newton iterations need only the model's m columns, N × m on the client;
 - each approximation's ``FastLoop`` runs through the shared runtime under its
   own checkpoint, so an interrupted fit resumes where it stopped.
@@ -33,12 +33,14 @@ from kernelref.rvm.regression import ALPHA_MAX
 __all__ = ["RVC", "streamed_approximation"]
 
 
-def streamed_approximation(Phi, a, t, likelihood=BERNOULLI):
+def streamed_approximation(Phi, a, t, likelihood=BERNOULLI, active=None):
     """The Gaussian approximation at the latent values a as a reweighted
     ``StreamedDesign`` on unit columns, its norms, and t̃ (labels
-    ``rvc-linearised-target``; ``rvc_fast.dense_approximation`` in memory)."""
+    ``rvc-linearised-target``; ``rvc_fast.dense_approximation`` in memory); its
+    one pass also forms the coordinates of the model with the columns
+    ``active``, which the sequential algorithm warm-starts from."""
     B_sqrt, t_tilde = likelihood.row_weights(a, t)
-    unit = Phi.reweighted(B_sqrt, t_tilde)
+    unit = Phi.reweighted(B_sqrt, t_tilde, active)
     return unit, unit.scales, t_tilde
 
 

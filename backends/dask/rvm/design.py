@@ -39,6 +39,7 @@ from backends.dask.rvm.tasks import (
     norms_and_product_chunk,
     squared_norms_chunk,
 )
+from kernelref.rvm.coordinates import orthonormal_basis
 from kernelref.rvm.design import check_kernel_columns
 
 __all__ = ["PREFETCH", "ROWS_MB", "ROW_GROUP", "StreamedDesign"]
@@ -104,25 +105,52 @@ class StreamedDesign:
             self.scales > 0, 1 / np.maximum(self.scales, 1e-300), 0
         )
 
-    def reweighted(self, weights, t=None):
+    def reweighted(self, weights, t=None, active=None):
         """diag(b)Φ on unit columns, for the row weights b (the classifier's
         B^½, label ``rvc-linearised-target``): one pass for the norms, which with
         ``t`` also forms Φ̃ᵀt (`norms_and_product_chunk`), kept as ``t @ design``
-        would give it: the sequential algorithm asks for it first."""
+        would give it: the sequential algorithm asks for it first. With the
+        columns ``active`` of the model it warm-starts from, the same pass forms
+        that model's coordinates (`coordinates`)."""
         other = copy.copy(self)
         other.weights = np.asarray(weights, dtype=float)
-        other._seen, other._rows = {}, {}
+        other._seen, other._rows, other._kept = {}, {}, None
         other._hits = other._extra = 0
         if t is None:
             other._set_scales(other._squared_norms())
             return other
         t = np.asarray(t, dtype=float)
-        W = np.atleast_2d(t) * other.weights
+        U = other._basis(active)
+        W = np.vstack([t, U.T]) * other.weights
         w2 = other.weights**2
         both = other._round(norms_and_product_chunk, other.shift, w2, W, other.cache_mb)
         other._set_scales(both[0])
-        other._seen[_key(t)] = other._product(W, both[1:])[0]
+        products = other._product(W, both[1:])
+        other._seen[_key(t)] = products[0]
+        if U.shape[1]:
+            other._kept = (np.sort(np.asarray(active, dtype=int)), U, products[1:])
         return other
+
+    def _basis(self, active):
+        """An orthonormal basis U of the span of the columns ``active`` of
+        diag(b)Φ (N × m; m = 0 without them): the span of the unit columns,
+        whose norms c the coming pass computes. The QR is of the columns scaled
+        by norms computed here; Ψ = UᵀΦ̃ = (Uᵀdiag(b)Φ) diag(1/c) from the pass."""
+        index = np.sort(np.asarray([] if active is None else active, dtype=int))
+        if not len(index):
+            return np.zeros((len(self.X), 0))
+        A = self._weighted_columns(index)
+        norms = np.linalg.norm(A, axis=0)
+        return orthonormal_basis(A / np.where(norms > 0, norms, 1.0))
+
+    def coordinates(self, active):
+        """(U, Ψ) of the model with the columns ``active`` if `reweighted`
+        formed them for exactly those columns, else None
+        (``kernelref.rvm.coordinates.orthonormal_coordinates``)."""
+        kept = getattr(self, "_kept", None)
+        if kept is None or not np.array_equal(kept[0], np.sort(active)):
+            return None
+        return kept[1].copy(), kept[2].copy()
 
     @property
     def shape(self):
@@ -164,6 +192,12 @@ class StreamedDesign:
     def columns(self, index):
         """Φ̃[:, index] (N × len(index)), from X on the client."""
         index = np.asarray(index, dtype=int)
+        out = self._weighted_columns(index)
+        out *= self._inverse[index]
+        return out
+
+    def _weighted_columns(self, index):
+        """diag(b)Φ[:, index], before the scaling to unit norm."""
         out = np.empty((len(self.X), len(index)))
         is_bias = index < self.offset
         out[:, is_bias] = 1.0
@@ -171,7 +205,6 @@ class StreamedDesign:
         if len(points):
             out[:, ~is_bias] = kernel_block(self.kernel, self.X, self.X[points])
         out *= self.weights[:, None]
-        out *= self._inverse[index]
         return out
 
     def __getitem__(self, key):
