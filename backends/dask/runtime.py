@@ -11,8 +11,8 @@ share:
   group records what the fit is (``identity``) and a fingerprint of the data;
   a store for other data or another fit is refused.
 - ``save_state``/``load_state``: the client's state checkpointed atomically
-  (arrays in a fresh ``state-*`` group, then a small ``checkpoint.json`` with
-  the iteration and a sha256 of every array replaced in one rename).
+  (arrays in a fresh ``state-*.npz`` file, then a small ``checkpoint.json``
+  with the iteration and a sha256 of every array replaced in one rename).
 - ``map_chunks``: one round of tasks, ``func(ref, i, *args)`` for every chunk.
 - ``gather``, ``finished``, ``compute`` (from ``backends.dask.waiting``): the
   waits for a round, which raise ``WorkerPausedError`` when a worker paused by
@@ -268,57 +268,50 @@ class FitStore:
         """Checkpoint `state` (numpy arrays and JSON-able scalars) atomically.
 
         `name` keeps several checkpoints apart (one per binary machine, say).
+        The arrays go into one fresh ``<name>-*.npz`` file, then the pointer
+        ``<name>.checkpoint.json`` (iteration, scalars, a sha256 per array)
+        replaces the last one in one rename, and older files go. One file, not a
+        Zarr group of one directory per array: the RVM backend saves two
+        checkpoints per Gaussian approximation, and a group of its ~25 arrays
+        took ~80 ms to write and remove (measured: half the client's time of a
+        Dask RVC fit at N = 2000).
         """
-        import zarr
-
-        prefix, name = name, f"{name}-{uuid.uuid4().hex}"
-        group = zarr.open_group(store=str(self.path / name), mode="w")
+        prefix, name = name, f"{name}-{uuid.uuid4().hex}.npz"
         arrays, scalars, checksums = {}, {}, {}
         for key, value in state.items():
             if isinstance(value, np.ndarray):
-                value = np.ascontiguousarray(value)
-                shape = value.shape if value.size else (0,) * value.ndim
-                stored = group.create_array(
-                    key,
-                    shape=shape,
-                    chunks=tuple(max(1, s) for s in shape),
-                    dtype=value.dtype,
-                )
-                if value.size:
-                    stored[...] = value
-                arrays[key] = [list(value.shape), value.dtype.str]
-                checksums[key] = hashlib.sha256(value.tobytes()).hexdigest()
+                arrays[key] = np.ascontiguousarray(value)
+                checksums[key] = hashlib.sha256(arrays[key].tobytes()).hexdigest()
             else:
                 scalars[key] = value
+        with open(self.path / name, "wb") as file:
+            # prefixed: a key must not meet savez's own arguments (file, ...)
+            np.savez(file, **{f"array_{k}": a for k, a in arrays.items()})
         record = {
-            "group": name,
+            "file": name,
             "iteration": int(iteration),
-            "arrays": arrays,
+            "arrays": {k: [list(a.shape), a.dtype.str] for k, a in arrays.items()},
             "scalars": json.loads(json.dumps(scalars, default=_json_default)),
             "sha256": checksums,
         }
         temporary = self.path / f"{prefix}.{uuid.uuid4().hex}.tmp"
         temporary.write_text(json.dumps(record))
         os.replace(temporary, self.path / f"{prefix}.{CHECKPOINT_FILE}")
-        for old in self.path.glob(f"{prefix}-*"):
-            if old.name != name:
-                shutil.rmtree(old, ignore_errors=True)
+        _remove_checkpoints(self.path, prefix, keep=name)
 
     def load_state(self, name="state"):
         """(state, iteration) of the last checkpoint `name`, or None if there is
-        none."""
-        import zarr
-
+        none (a store's checkpoint of an earlier version, a Zarr group, too)."""
         pointer = self.path / f"{name}.{CHECKPOINT_FILE}"
         if not pointer.is_file():
             return None
         fix = "refit with resume=False to start afresh"
         try:
             record = json.loads(pointer.read_text())
-            group = zarr.open_group(store=str(self.path / record["group"]), mode="r")
+            stored = _checkpoint_arrays(self.path, record)
             state = dict(record["scalars"])
             for key, (shape, dtype) in record["arrays"].items():
-                value = np.zeros(shape, dtype) if 0 in shape else group[key][...]
+                value = np.zeros(shape, dtype) if 0 in shape else stored(key)
                 value = np.asarray(value, dtype=dtype).reshape(shape)
                 if hashlib.sha256(value.tobytes()).hexdigest() != record["sha256"][key]:
                     raise ValueError(f"array {key!r} does not match its checksum")
@@ -333,8 +326,32 @@ class FitStore:
     def discard_state(self, name="state"):
         """Remove the checkpoint `name`, so the next fit starts from the beginning."""
         (self.path / f"{name}.{CHECKPOINT_FILE}").unlink(missing_ok=True)
-        for old in self.path.glob(f"{name}-*"):
+        _remove_checkpoints(self.path, name)
+
+
+def _checkpoint_arrays(path, record):
+    """A reader of the arrays of a checkpoint ``record``: its ``.npz`` file, or
+    the Zarr group an earlier version wrote."""
+    if "file" in record:
+        with np.load(path / record["file"], allow_pickle=False) as stored:
+            arrays = {key: stored[key] for key in stored.files}
+        return lambda key: arrays[f"array_{key}"]
+    import zarr
+
+    group = zarr.open_group(store=str(path / record["group"]), mode="r")
+    return lambda key: group[key][...]
+
+
+def _remove_checkpoints(path, prefix, keep=None):
+    """Remove the checkpoint files (or earlier versions' groups) ``<prefix>-*``
+    but ``keep``."""
+    for old in path.glob(f"{prefix}-*"):
+        if old.name == keep:
+            continue
+        if old.is_dir():
             shutil.rmtree(old, ignore_errors=True)
+        else:
+            old.unlink(missing_ok=True)
 
 
 def _write_array(group, name, A, chunk_size, client):

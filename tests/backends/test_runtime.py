@@ -1,5 +1,6 @@
 """The shared runtime of long fits: the fit store, checkpoints, the loop, progress."""
 
+import hashlib
 import json
 
 import numpy as np
@@ -65,6 +66,36 @@ def test_checkpoints_round_trip_and_a_damaged_one_is_refused(tmp_path):
         store.load_state()
     store.discard_state()
     assert store.load_state() is None
+    assert not list(store.path.glob("state*")), "discard removes every file"
+
+
+def test_a_state_key_may_be_any_name_and_an_earlier_zarr_checkpoint_loads(tmp_path):
+    import zarr
+
+    store = store_for(tmp_path / "s", np.ones((10, 2)))
+    state = {"file": np.arange(3), "allow_pickle": np.eye(2), "n": 4}
+    store.save_state(state, 2)
+    loaded, _ = store.load_state()
+    np.testing.assert_array_equal(loaded["file"], state["file"])
+    np.testing.assert_array_equal(loaded["allow_pickle"], state["allow_pickle"])
+    # A checkpoint as the version before wrote it: a Zarr group of arrays.
+    group = zarr.open_group(store=str(store.path / "old-0"), mode="w")
+    group.create_array("alpha", shape=(3,), chunks=(3,), dtype="<f8")[...] = [1, 2, 3]
+    record = {
+        "group": "old-0",
+        "iteration": 5,
+        "arrays": {"alpha": [[3], "<f8"]},
+        "scalars": {"gap": 0.5},
+        "sha256": {
+            "alpha": hashlib.sha256(np.array([1.0, 2, 3]).tobytes()).hexdigest()
+        },
+    }
+    (store.path / "old.checkpoint.json").write_text(json.dumps(record))
+    loaded, iteration = store.load_state("old")
+    assert iteration == 5 and loaded["gap"] == 0.5
+    np.testing.assert_array_equal(loaded["alpha"], [1.0, 2, 3])
+    store.save_state(loaded, 6, "old")  # the new format replaces the group
+    assert [p.suffix for p in store.path.glob("old-*")] == [".npz"]
 
 
 class Counter:
