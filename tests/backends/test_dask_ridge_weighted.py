@@ -208,14 +208,36 @@ def test_factor_is_reused_for_the_same_weights_only(address, tmp_path):
     np.testing.assert_allclose(back.dual_coef_, first.dual_coef_, rtol=0, atol=1e-12)
 
 
+class Interrupt(Exception):
+    pass
+
+
 @pytest.mark.parametrize("name", ["cg", "nystrom"])
 def test_iterative_store_of_other_weights_is_not_resumed(address, tmp_path, name):
-    """The weights are part of the fit store's data: a user's store (and its
+    """The weights are part of the fit store's data: an interrupted fit resumes
+    from its checkpoint for the same weights, and a user's store (with its
     checkpoint) for weights w is refused for w'; the estimator's own temporary
     store is replaced."""
     X, y = regression_data(120)
     w, w_other = integer_weights(len(X), 7), integer_weights(len(X), 8)
-    backend(name, len(X), address, tmp_path).fit(X, y, sample_weight=w)
+    whole = backend(name, len(X), address, tmp_path, store=None, n_centres=20)
+    whole.fit(X, y, sample_weight=w)
+    assert whole.n_iter_ > 4
+
+    def stop_at_three(record):
+        if record.iteration == 3:
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        backend(
+            name, len(X), address, tmp_path, progress=stop_at_three, n_centres=20
+        ).fit(X, y, sample_weight=w)
+    records = []
+    resumed = backend(
+        name, len(X), address, tmp_path, progress=records.append, n_centres=20
+    ).fit(X, y, sample_weight=w)
+    assert records[0].iteration == 4  # continued, not restarted
+    np.testing.assert_array_equal(resumed.dual_coef_, whole.dual_coef_)
     with pytest.raises(ValueError, match=r"other data.*\['s'\]"):
         backend(name, len(X), address, tmp_path).fit(X, y, sample_weight=w_other)
     own = backend(name, len(X), address, tmp_path, store=None)
