@@ -2,10 +2,11 @@
 
 The backend runs the reference's fast classifier (``kernelref.rvm.rvc_fast``)
 with each Gaussian approximation a reweighted ``StreamedDesign``: every
-approximation costs at least one streamed pass over the N × N kernel (its
-column norms), one for Φ̃ᵀt̃ and one for the model's coordinates at its warm
-start, and one per batch of Gram rows its additions need. On a cluster these
-passes are what a user pays for; this benchmark counts them.
+approximation costs one streamed pass over the N × N kernel for its column
+norms, Φ̃ᵀt̃ and the coordinates of the model it warm-starts from (three
+passes until 2026-11-24, see the end), one per batch of Gram rows its
+additions need, and one per addition nearly inside the model's span. On a
+cluster these passes are what a user pays for; this benchmark counts them.
 
 Problems (inputs standardised, RBF kernel of width γ = c/D):
 
@@ -75,9 +76,7 @@ order, so the same digits and path): 233 -> 207 and 251 -> 232 passes.
 At N = 1500 (chunk 512) the fits before and after it have bitwise equal α,
 μ, evidence and test probabilities on both problems, in 126 -> 102 and
 129 -> 107 passes. The
-warm start's UᵀΦ̃ cannot join that pass: U is the QR of the model's unit
-columns, whose norms that pass computes (through the Gram rows instead, the
-triangular solve loses the digits the wide kernels need).
+warm start's UᵀΦ̃ joined that pass later (below).
 
 Main (with the fix) at other widths and N, passes and seconds (the backend
 / the reference in memory; with the kernel cached by the workers a pass
@@ -145,6 +144,27 @@ the fixed margin), in 0.96x, 1.06x and 1.02x their CPU time (the fixed margin:
 0.86x-0.92x); the empty path alone was 49.6, 14.9 and 3.1 nats lower in all
 at N = 1000, 2000, 5000, so both paths stay. The passes this costs the backend
 at N = 5000 are not measured here.
+
+2026-11-24, 16:20-16:40 UTC (shared machine; the passes and evidence are exact,
+the times are not), c = 1, two commits:
+
+- 0ad40ab: the warm start's coordinates UᵀΦ̃ join the approximation's one pass
+  (``StreamedDesign.reweighted(b, t, active)``; U is the QR of the model's
+  weighted columns scaled by norms computed on the client: the span does not
+  depend on the scaling). One pass fewer per approximation, the same relevance
+  vectors and iterations: N = 2000 ripley 120 -> 101 passes, classif
+  165 -> 139.
+- 8a64622: a checkpoint is one .npz file instead of a Zarr group of ~25
+  arrays. Two checkpoints per approximation had cost ~80 ms each to write
+  and remove: the client's time outside the passes at N = 2000 fell from
+  6.25 and 7.25 s to 0.61 and 1.64 s, the backend from 9.1x and 5.0x the
+  reference's time to 3.0x and 3.6x.
+
+With both, and the sqrt(N) abandonment margin (which keeps both paths):
+N = 5000 ripley 182 passes (78 re-estimated path, 104 empty), -1108.503347,
+backend / reference 0.98; classif 240 passes (108 + 132), -1008.494122, 1.12;
+the reference's relevance vectors, the evidence within 4.3e-11 and
+max |p_dask - p_ref| below 1.2e-11.
 """
 
 import argparse
