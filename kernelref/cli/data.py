@@ -1,8 +1,9 @@
 """Reading the command line's data files: CSV, libsvm/svmlight, .npy/.npz, Zarr.
 
-Every reader returns ``(X, y)`` (``y`` is ``None`` without a target) and
-refuses a malformed file with a `DataError` naming the file, the line and the
-column, and saying how to fix it.
+`read` returns ``(X, y)`` (``y`` is ``None`` without a target), `read_weighted`
+``(X, y, w)`` with the sample weights of a ``--weight`` column; a malformed file
+is refused with a `DataError` naming the file, the line and the column, and
+saying how to fix it.
 """
 
 import csv
@@ -27,6 +28,21 @@ def read(path, target=None, header="auto", lazy=False):
     the target array). libsvm files always carry their target. With `lazy`, a
     Zarr array is returned as a dask array, read chunk by chunk by the backend.
     """
+    X, y, _ = read_weighted(path, target, None, header, lazy)
+    return X, y
+
+
+def read_weighted(path, target=None, weight=None, header="auto", lazy=False):
+    """X, y and the sample weights w from the file at `path` (`read`'s rules).
+
+    `weight` names the weight column as `target` names the target's (a header
+    name or a number from 0; for .npz and Zarr groups an array's name); it is
+    removed from X like the target, and must not be the target's column. w is
+    None without `weight`; floats when every entry is a number, else the text
+    as given, which the estimator's ``sample_weight`` validation refuses by
+    name (as it refuses negative or non-finite weights). A libsvm file has no
+    columns: `weight` is refused there.
+    """
     path = os.fspath(path)
     if not os.path.exists(path):
         raise DataError(f"{path}: no such data file; check the path.")
@@ -37,14 +53,20 @@ def read(path, target=None, header="auto", lazy=False):
                 f"{path}: a libsvm file has its target in the first field; "
                 "drop --target."
             )
-        return read_libsvm(path)
+        if weight is not None:
+            raise DataError(
+                f"{path}: a libsvm file has no columns to read weights from (its "
+                "lines are 'label index:value ...'); drop --weight, or write the "
+                "data as CSV with a weight column or as .npz with a weight array."
+            )
+        return (*read_libsvm(path), None)
     if kind == "csv":
-        return read_csv(path, target, header)
+        return read_csv(path, target, header, weight)
     if kind == "npy":
-        return _split(np.load(path, allow_pickle=False), target, path)
+        return _split(np.load(path, allow_pickle=False), target, path, weight)
     if kind == "npz":
-        return _read_arrays(np.load(path, allow_pickle=False), target, path)
-    return _read_zarr(path, target, lazy)
+        return _read_arrays(np.load(path, allow_pickle=False), target, path, weight)
+    return _read_zarr(path, target, lazy, weight)
 
 
 def format_of(path):
@@ -141,9 +163,10 @@ def _number(text, path, line, column, what):
     return value
 
 
-def read_csv(path, target=None, header="auto"):
+def read_csv(path, target=None, header="auto", weight=None):
     """A CSV file (comma, or tab for .tsv) of numbers, with or without a header
-    row; the target column may hold class names."""
+    row; the target column may hold class names. Returns X, y and the weights
+    (None without `weight`)."""
     delimiter = "\t" if path.lower().endswith(".tsv") else ","
     with open(path, newline="", encoding="utf-8") as f:
         rows = [
@@ -159,26 +182,34 @@ def read_csv(path, target=None, header="auto"):
         rows = rows[1:]
     width = len(rows[0][1]) if rows else len(names)
     j = _target_column(target, names, width, path)
-    X = np.empty((len(rows), width - (j is not None)))
-    y = []
+    k = _weight_column(weight, j, names, width, path)
+    features = [c for c in range(width) if c not in (j, k)]
+    X = np.empty((len(rows), len(features)))
+    y, w = [], []
     for i, (number, row) in enumerate(rows):
         if len(row) != width:
             raise DataError(
                 f"{path}:{number}: {len(row)} columns where the first row has "
                 f"{width}; every row needs the same columns."
             )
-        features = [cell for k, cell in enumerate(row) if k != j]
-        for k, cell in enumerate(features):
-            column = k + (j is not None and k >= j)
+        for f, column in enumerate(features):
             name = f" ({names[column]!r})" if names else ""
-            X[i, k] = _number(
-                cell.strip(), path, number, column + 1, f"column {column + 1}{name}"
+            X[i, f] = _number(
+                row[column].strip(),
+                path,
+                number,
+                column + 1,
+                f"column {column + 1}{name}",
             )
         if j is not None:
             y.append(row[j].strip())
-    if j is None:
-        return X, None
-    return X, _labels(y)
+        if k is not None:
+            w.append(row[k].strip())
+    return (
+        X,
+        None if j is None else _labels(y),
+        None if k is None else _labels(w),
+    )
 
 
 def _is_header(rows):
@@ -198,7 +229,7 @@ def _is_header(rows):
     )
 
 
-def _target_column(target, names, width, path):
+def _target_column(target, names, width, path, option="--target"):
     if target is None:
         return None
     if names is not None and target in names:
@@ -208,15 +239,27 @@ def _target_column(target, names, width, path):
     except ValueError:
         known = f"the columns are {names}" if names else "the file has no header row"
         raise DataError(
-            f"{path}: no column named {target!r} ({known}); give --target as a "
+            f"{path}: no column named {target!r} ({known}); give {option} as a "
             "header name or a column number counted from 0."
         ) from None
     if not -width <= j < width:
         raise DataError(
-            f"{path}: --target {j} is outside the {width} columns (0 to "
+            f"{path}: {option} {j} is outside the {width} columns (0 to "
             f"{width - 1}, or negative from the end)."
         )
     return j % width
+
+
+def _weight_column(weight, j, names, width, path):
+    """The weight column's number; refused when it is the target's column `j`."""
+    k = _target_column(weight, names, width, path, "--weight")
+    if k is not None and k == j:
+        name = f" ({names[k]!r})" if names else ""
+        raise DataError(
+            f"{path}: --weight {weight} is column {k}{name}, the target's column; "
+            "the weights must be a column of their own."
+        )
+    return k
 
 
 def _labels(values):
@@ -227,23 +270,28 @@ def _labels(values):
         return np.array(values)
 
 
-def _split(A, target, path):
+def _split(A, target, path, weight=None):
     if A.ndim != 2:
         raise DataError(
             f"{path}: expected a 2-D array (samples × features); got shape {A.shape}."
         )
-    if target is None:
-        return A, None
     j = _target_column(target, None, A.shape[1], path)
-    return np.delete(A, j, axis=1), A[:, j]
+    k = _weight_column(weight, j, None, A.shape[1], path)
+    dropped = [c for c in (j, k) if c is not None]
+    return (
+        np.delete(A, dropped, axis=1) if dropped else A,
+        None if j is None else A[:, j],
+        None if k is None else np.asarray(A[:, k]),
+    )
 
 
-def _read_arrays(arrays, target, path):
-    """An .npz or a Zarr group: array ``X`` and the target array `target` (or ``y``)."""
+def _read_arrays(arrays, target, path, weight=None):
+    """An .npz or a Zarr group: array ``X``, the target array `target` (or
+    ``y``) and the weight array `weight`."""
     keys = list(arrays.keys())
     if "X" not in keys:
         if len(keys) == 1:
-            return _split(np.asarray(arrays[keys[0]]), target, path)
+            return _split(np.asarray(arrays[keys[0]]), target, path, weight)
         raise DataError(
             f"{path}: holds arrays {keys} but no 'X'; name the samples 'X' and the "
             "targets 'y'."
@@ -251,10 +299,25 @@ def _read_arrays(arrays, target, path):
     name = "y" if target is None and "y" in keys else target
     if name is not None and name not in keys:
         raise DataError(f"{path}: no target array {name!r}; the arrays are {keys}.")
-    return arrays["X"], (None if name is None else np.asarray(arrays[name]))
+    if weight is not None and weight not in keys:
+        raise DataError(
+            f"{path}: no weight array {weight!r}; the arrays are {keys}. Give "
+            "--weight as the name of the array of sample weights."
+        )
+    if weight is not None and weight in ("X", name):
+        raise DataError(
+            f"{path}: --weight {weight} is the "
+            f"{'samples array' if weight == 'X' else 'target array'}; the weights "
+            "must be an array of their own."
+        )
+    return (
+        arrays["X"],
+        None if name is None else np.asarray(arrays[name]),
+        None if weight is None else np.asarray(arrays[weight]),
+    )
 
 
-def _read_zarr(path, target, lazy):
+def _read_zarr(path, target, lazy, weight=None):
     try:
         import zarr
     except ImportError:
@@ -267,11 +330,17 @@ def _read_zarr(path, target, lazy):
         raise DataError(f"{path}: not a Zarr array or group ({error}).") from None
     if isinstance(node, zarr.Array):
         A = _lazy(node) if lazy else node[...]
-        return _split(A, target, path) if A.ndim == 2 else (A, None)
+        if A.ndim == 2 or weight is not None:
+            return _split(A, target, path, weight)
+        return A, None, None
     arrays = {name: node[name] for name in node.array_keys()}
-    X, y = _read_arrays(arrays, target, path)
+    X, y, w = _read_arrays(arrays, target, path, weight)
     X = _lazy(X) if lazy else np.asarray(X[...])
-    return X, (None if y is None else np.asarray(y[...]))
+    return (
+        X,
+        None if y is None else np.asarray(y[...]),
+        None if w is None else np.asarray(w[...]),
+    )
 
 
 def _lazy(array):
