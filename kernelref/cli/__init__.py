@@ -19,13 +19,16 @@ kernelref model file (JSON and raw arrays, never pickle), predict and evaluate
 with it, build Gram stores, and train SVMs with libsvm's options.
 
 Data files: CSV (.csv/.tsv, header row or not; --target names the target
-column, or numbers it from 0), libsvm/svmlight format, .npy/.npz (arrays X
-and y), Zarr (an array, or a group with arrays X and y).
+column, or numbers it from 0, and --weight a column of sample weights),
+libsvm/svmlight format, .npy/.npz (arrays X and y), Zarr (an array, or a group
+with arrays X and y).
 """
 
 EXAMPLES = r"""examples:
   kernelref fit SVC --data train.csv --target label --param C=10 --param gamma=0.5 \
       --out svc.krm
+  kernelref fit KernelRidge --data train.csv --target y --weight w --param lam=0.1 \
+      --out ridge.krm
   kernelref predict svc.krm --data test.csv --out predictions.csv
   kernelref evaluate svc.krm --data test.csv --target label
   kernelref fit KernelRidge --data big.zarr --backend dask --scheduler tcp://host:8786 \
@@ -50,10 +53,14 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _data_options(
-    parser, target_help="the target column: a header name or a number from 0"
+    parser,
+    target_help="the target column: a header name or a number from 0",
+    weight_help=None,
 ):
     parser.add_argument("--data", required=True, metavar="FILE", help="the data file")
     parser.add_argument("--target", metavar="COLUMN", help=target_help)
+    if weight_help is not None:
+        parser.add_argument("--weight", metavar="COLUMN", help=weight_help)
     parser.add_argument(
         "--header",
         choices=("auto", "yes", "no"),
@@ -120,7 +127,14 @@ def build_parser():
     p.add_argument(
         "model", metavar="MODEL", help="an estimator's name, e.g. SVC or RVR"
     )
-    _data_options(p)
+    _data_options(
+        p,
+        weight_help="a column of sample weights, named or numbered as --target and "
+        "removed from the features like it (.npz/Zarr groups: an array's name; not "
+        "for libsvm files): fit(X, y, sample_weight=w), for the models whose fit "
+        "takes sample_weight (KernelRidge and the SVMs); the model file records "
+        "the column's name, not the weights",
+    )
     p.add_argument(
         "--param",
         action="append",
@@ -147,7 +161,9 @@ def build_parser():
     p = sub.add_parser("predict", help="predict with a saved model")
     p.add_argument("model_file", metavar="MODEL_FILE")
     _data_options(
-        p, "a column to drop from the features (the target, if the file has one)"
+        p,
+        "a column to drop from the features (the target, if the file has one)",
+        "another column to drop (the weights, if the file has them)",
     )
     p.add_argument(
         "--out",
@@ -164,7 +180,12 @@ def build_parser():
 
     p = sub.add_parser("evaluate", help="score a saved model on labelled data")
     p.add_argument("model_file", metavar="MODEL_FILE")
-    _data_options(p)
+    _data_options(
+        p,
+        weight_help="the weight column, dropped from the features; an SVM fitted "
+        "with --weight gets its KKT certificate on its training data for these "
+        "weights (the scores are unweighted)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     _cluster_options(p)
     _verbosity(p)

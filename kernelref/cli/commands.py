@@ -31,6 +31,7 @@ def log(args, text):
 # -- fit -------------------------------------------------------------------------------
 def fit(args):
     cls = models.estimator_class(args.model, args.backend)
+    _check_weight(cls, args)
     params = models.parse_params(args.param, cls)
     _check_writable(args.out)
     accepted = cls._param_names()
@@ -49,7 +50,9 @@ def fit(args):
     cluster = plugins.on_cluster(args.backend)
     client = runtime.connect(args) if cluster else _refuse_cluster(args)
     try:
-        X, y = data.read(args.data, args.target, args.header, lazy=cluster)
+        X, y, w = data.read_weighted(
+            args.data, args.target, args.weight, args.header, lazy=cluster
+        )
         _check_target(cls, y, args)
         if "progress" in accepted and "progress" not in params:
             params["progress"] = (
@@ -62,7 +65,10 @@ def fit(args):
         # a backend fit with a progress= parameter shows its own bar
         steps = 0 if "progress" in accepted else 1
         with runtime.progress_bar(args, steps, f"fit {cls.__name__}") as bar:
-            estimator.fit(X) if y is None else estimator.fit(X, y)
+            weighted = {} if w is None else {"sample_weight": w}
+            estimator.fit(X, **weighted) if y is None else estimator.fit(
+                X, y, **weighted
+            )
             bar.update(1)
         log(args, f"fitted: {_fitted_summary(estimator)}")
         estimator.save(
@@ -70,6 +76,7 @@ def fit(args):
             provenance={
                 "data": data.fingerprint(args.data),
                 "command": _command_line(),
+                **_columns(args),
             },
         )
     finally:
@@ -98,6 +105,35 @@ def _fitted_summary(estimator):
                 shown = f"{shown[0]:.6g}" if shown.size == 1 else shown.tolist()
             parts.append(f"{name.rstrip('_')}={shown}")
     return ", ".join(parts) or "done"
+
+
+def _check_weight(cls, args):
+    """--weight: refused, before any work, for an estimator whose fit takes no
+    sample_weight, and when it names the target's column."""
+    if args.weight is None:
+        return
+    if not models.takes_weights(cls):
+        raise UsageError(
+            f"--weight: {cls.__name__} (--backend {args.backend}) takes no sample "
+            f"weights; the models that do are "
+            f"{models.weighted_estimators(args.backend)}. Drop --weight or fit one "
+            "of them."
+        )
+    if args.weight == args.target:
+        raise UsageError(
+            f"--weight {args.weight} is the target column; the weights must be a "
+            "column of their own."
+        )
+
+
+def _columns(args):
+    """The target and weight columns, for the model file's provenance (the
+    weights themselves are not kept: the fitted model is all the file holds)."""
+    return {
+        name: value
+        for name, value in (("target", args.target), ("weight", args.weight))
+        if value is not None
+    }
 
 
 def _check_target(cls, y, args):
@@ -151,7 +187,7 @@ def _cluster(args):
 
 def _predict(args):
     model = io.load(args.model_file)
-    X, _ = data.read(args.data, args.target, args.header)
+    X, _, _ = data.read_weighted(args.data, args.target, args.weight, args.header)
     if args.proba and args.std:
         raise UsageError("give --proba or --std, not both.")
     if args.proba:
@@ -211,7 +247,7 @@ def evaluate(args):
 
 def _evaluate(args):
     model = io.load(args.model_file)
-    X, y = data.read(args.data, args.target, args.header)
+    X, y, w = data.read_weighted(args.data, args.target, args.weight, args.header)
     if y is None:
         raise UsageError(
             f"evaluate compares predictions with targets: give --target COLUMN "
@@ -239,7 +275,7 @@ def _evaluate(args):
         report["support_vectors"] = len(model.support_)
     if hasattr(model, "relevance_"):
         report["relevance_vectors"] = len(model.relevance_)
-    report.update(_kkt(model, X, y, args))
+    report.update(_kkt(model, X, y, w, args))
     if args.json:
         print(json.dumps(report))
     else:
@@ -260,20 +296,32 @@ def _like(y, predicted):
     return y
 
 
-def _kkt(model, X, y, args):
+def _kkt(model, X, y, w, args):
     """The KKT certificate of an SVM, on its own training data only (the
     certificate speaks of the training problem): recognised by the data
-    fingerprint recorded when the model was fitted."""
+    fingerprint recorded when the model was fitted. A model fitted with
+    --weight is certified for its weights, given again as --weight."""
     if not hasattr(model, "dual_problems"):
         return {}
-    provenance = io.read_header(args.model_file)["provenance"].get("data", {})
-    if provenance.get("sha256") != data.fingerprint(args.data).get("sha256"):
+    provenance = io.read_header(args.model_file)["provenance"]
+    if provenance.get("data", {}).get("sha256") != data.fingerprint(args.data).get(
+        "sha256"
+    ):
         return {"kkt": "not shown: the data are not the model's training data"}
+    weight = provenance.get("weight")
+    if weight is not None and w is None:
+        return {
+            "kkt": f"not shown: the model was fitted with --weight {weight}; give "
+            "it here too"
+        }
     from kernelref.svm import kkt_report
 
     labels = y if model._estimator_type != "classifier" else _like(y, model.classes_)
     certificate = kkt_report(
-        model, X, None if type(model).__name__ == "OneClassSVM" else labels
+        model,
+        X,
+        None if type(model).__name__ == "OneClassSVM" else labels,
+        sample_weight=None if weight is None else w,
     )
     return {"kkt_max_violation": float(certificate.max_violation)}
 

@@ -8,6 +8,7 @@ estimator needs no code here.
 """
 
 import importlib
+import inspect
 import json
 
 from kernelref.base import BaseEstimator
@@ -73,6 +74,22 @@ def estimator_class(name, backend="reference"):
             f"use --backend {plugins.REFERENCE} for {name}."
         )
     return available[name]
+
+
+def takes_weights(cls):
+    """Whether ``cls.fit`` has a ``sample_weight`` parameter (read off its
+    signature, so a backend's estimator answers for itself)."""
+    return "sample_weight" in inspect.signature(cls.fit).parameters
+
+
+def weighted_estimators(backend="reference"):
+    """The names of `backend`'s estimators whose fit takes ``sample_weight``."""
+    found = (
+        reference_estimators()
+        if backend == "reference"
+        else backend_estimators(backend)
+    )
+    return sorted(name for name, cls in found.items() if takes_weights(cls))
 
 
 def parse_params(pairs, cls):
