@@ -102,6 +102,47 @@ def test_fit_and_gram_on_a_cluster_by_address(run, tmp_path):
     assert done.returncode == 0 and "kernelref.gram_store" in done.stdout
 
 
+def test_weighted_kernel_ridge_on_a_cluster(run, tmp_path):
+    """--weight with --backend dask: the Dask KernelRidge's weighted fit (the
+    stored-Gram Cholesky path) equals the reference's fit(X, t, sample_weight=w)."""
+    from test_cli_weights import write_weighted_csv
+
+    w = np.arange(len(X)) % 4  # 0 to 3: zero weights drop rows
+    write_weighted_csv(tmp_path / "train.csv", X, t, w)
+    with cluster(protocol="tcp") as local:
+        done = run(
+            "fit",
+            "KernelRidge",
+            "--data",
+            "train.csv",
+            "--target",
+            "target",
+            "--weight",
+            "weight",
+            "--backend",
+            "dask",
+            "--scheduler",
+            local.scheduler_address,
+            "--param",
+            "lam=0.1",
+            "--param",
+            "gamma=0.5",
+            "--param",
+            "chunk_size=16",
+            "--out",
+            "ridge.krm",
+        )
+    assert done.returncode == 0, done.stderr
+    model = kernelref.load(tmp_path / "ridge.krm")
+    assert type(model).__module__ == "backends.dask.ridge"
+    reference = kernelref.KernelRidge(lam=0.1, gamma=0.5).fit(X, t, sample_weight=w)
+    np.testing.assert_allclose(
+        model.predict(X), reference.predict(X), rtol=1e-9, atol=1e-12
+    )
+    unweighted = kernelref.KernelRidge(lam=0.1, gamma=0.5).fit(X, t)
+    assert not np.allclose(model.predict(X), unweighted.predict(X), atol=1e-3)
+
+
 def make_certificate(directory):
     """A self-signed certificate for 127.0.0.1, used as the CA and by every party."""
     key, cert = directory / "key.pem", directory / "cert.pem"
