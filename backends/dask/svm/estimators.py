@@ -321,6 +321,7 @@ class SVC(_DaskSVM, reference.SVC):
         class_weight=None,
         max_iter=-1,
         decision_function_shape="ovr",
+        break_ties=False,
         store=None,
         chunk_size=4096,
         working_set_size=2048,
@@ -342,6 +343,7 @@ class SVC(_DaskSVM, reference.SVC):
             class_weight=class_weight,
             max_iter=max_iter,
             decision_function_shape=decision_function_shape,
+            break_ties=break_ties,
         )
         _backend_init(
             self,
@@ -372,6 +374,7 @@ class NuSVC(_DaskSVM, reference.NuSVC):
         class_weight=None,
         max_iter=-1,
         decision_function_shape="ovr",
+        break_ties=False,
         store=None,
         chunk_size=4096,
         working_set_size=2048,
@@ -393,6 +396,7 @@ class NuSVC(_DaskSVM, reference.NuSVC):
             class_weight=class_weight,
             max_iter=max_iter,
             decision_function_shape=decision_function_shape,
+            break_ties=break_ties,
         )
         _backend_init(
             self,

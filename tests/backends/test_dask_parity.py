@@ -1,0 +1,45 @@
+"""A reference script moved to the cluster runs unchanged: the Dask estimators take
+the reference's arguments and inputs and give its models (small N, the two-worker
+``client`` fixture)."""
+
+import numpy as np
+import pytest
+
+pytest.importorskip("distributed")
+
+from backends.dask import svm as dask_svm  # noqa: E402
+from kernelref import svm as reference  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+SVMS = ["SVC", "NuSVC", "SVR", "NuSVR", "OneClassSVM"]
+
+
+def three_classes(n=90, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 3))
+    return X, np.digitize(X[:, 0] + 0.3 * rng.normal(size=n), [-0.4, 0.4])
+
+
+@pytest.mark.parametrize("name", SVMS)
+def test_svm_takes_every_reference_argument(name):
+    ours = set(getattr(dask_svm, name)().get_params())
+    assert set(getattr(reference, name)().get_params()) <= ours
+
+
+@pytest.mark.parametrize("name", ["SVC", "NuSVC"])
+def test_break_ties_predicts_as_the_reference(name, client):
+    X, y = three_classes()
+    params = dict(gamma=0.5, decision_function_shape="ovr", break_ties=True)
+    if name == "NuSVC":
+        params["nu"] = 0.3
+    ref = getattr(reference, name)(**params).fit(X, y)
+    ours = getattr(dask_svm, name)(
+        **params, progress=False, address=client.scheduler.address
+    ).fit(X, y)
+    assert ours.get_params()["break_ties"] is True
+    grid = np.random.default_rng(1).normal(size=(200, 3))
+    np.testing.assert_array_equal(ours.predict(grid), ref.predict(grid))
+    ours.set_params(decision_function_shape="ovo")
+    with pytest.raises(ValueError, match="break_ties"):
+        ours.predict(grid)
