@@ -4,6 +4,7 @@ the reference's arguments and inputs and give its models (small N, the two-worke
 
 import numpy as np
 import pytest
+import scipy.sparse
 
 pytest.importorskip("distributed")
 
@@ -43,3 +44,38 @@ def test_break_ties_predicts_as_the_reference(name, client):
     ours.set_params(decision_function_shape="ovo")
     with pytest.raises(ValueError, match="break_ties"):
         ours.predict(grid)
+
+
+def as_list(X):
+    return X.tolist()
+
+
+def as_frame(X):
+    pandas = pytest.importorskip("pandas")
+    return pandas.DataFrame(X, columns=[f"x{j}" for j in range(X.shape[1])])
+
+
+def as_csr(X):
+    return scipy.sparse.csr_matrix(X)
+
+
+@pytest.mark.parametrize("convert", [as_list, as_frame, as_csr])
+@pytest.mark.parametrize("name", SVMS)
+def test_svm_takes_the_reference_inputs(name, convert, client):
+    """Lists, pandas frames and CSR matrices fit the model the reference fits on
+    them (lists and frames failed on a missing .shape/astype, CSR in the store)."""
+    X, y = three_classes()
+    if name in ("SVR", "NuSVR"):
+        y = np.sin(X[:, 0]) + 0.1 * X[:, 1]
+    params = dict(gamma=0.5, tol=1e-6)
+    Xc = convert(X)
+    ref = getattr(reference, name)(**params).fit(Xc, y)
+    ours = getattr(dask_svm, name)(
+        **params, progress=False, address=client.scheduler.address
+    ).fit(Xc, y)
+    assert type(ours.support_vectors_) is type(ref.support_vectors_)
+    np.testing.assert_array_equal(ours.support_, ref.support_)
+    Xt = convert(np.random.default_rng(2).normal(size=(50, 3)))
+    np.testing.assert_allclose(
+        ours.decision_function(Xt), ref.decision_function(Xt), atol=1e-5
+    )

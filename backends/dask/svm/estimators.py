@@ -21,6 +21,7 @@ import time
 import warnings
 
 import numpy as np
+import scipy.sparse
 
 from backends.dask.cluster import get_client
 from backends.dask.estimator_args import (
@@ -65,6 +66,18 @@ def materialise(X):
     return X
 
 
+def _is_lazy(X):
+    """A Zarr or dask array: the fit store reads it in place or has the cluster
+    write it."""
+    return type(X).__module__.startswith(("zarr", "dask.array"))
+
+
+def dense(X):
+    """The reference's validated X as the fit store and the partitions take it: a
+    scipy.sparse matrix densified (N × D must then fit the client), else X."""
+    return X.toarray() if scipy.sparse.issparse(X) else X
+
+
 def _qp_digest(qp):
     digest = hashlib.sha256()
     for a in (qp.p, qp.y, qp.C, qp.alpha0, qp.src):
@@ -102,11 +115,11 @@ class _DaskSVM:
 
     # -- the backend's solve ----------------------------------------------------
     def _solve_all(self, qps, rows):
-        X = rows.X
+        X = dense(rows.X)
         client = get_client(self.address)
         store = FitStore.prepare(
             self.store,
-            self._X_input,
+            self._X_input if _is_lazy(self._X_input) else X,
             identity=self._identity(qps),
             chunk_size=self.chunk_size,
             client=client,
@@ -297,6 +310,12 @@ _BACKEND_DOC = """
         Continue from the store's checkpoints (True) or start afresh.
     random_state : int
         Seed of the partitions' k-means.
+
+    X is anything the reference takes (a list, a pandas frame, scipy.sparse for
+    the kernels that take it), a Zarr array (read in place) or a dask array
+    (written by the cluster). The fit store holds X densely: sparse X is
+    densified for it (N × D must fit the client as a dense array), while the
+    fitted ``support_vectors_`` stay sparse, as the reference's.
 
     ``max_iter`` caps the outer iterations of the block decomposition.
     ``fit_info_`` reports, per binary machine, the solver used, the outer
