@@ -325,7 +325,9 @@ def _read_zarr(path, target, lazy, weight=None):
             f"{path}: reading Zarr needs the dask extra: pip install 'kernelref[dask]'."
         ) from None
     try:
-        node = zarr.open(store=path, mode="r")
+        # an absolute path: a lazy array is read by the workers, whose working
+        # directory need not be ours (a relative path read zeros there)
+        node = zarr.open(store=os.path.abspath(path), mode="r")
     except Exception as error:  # noqa: BLE001 (zarr raises many kinds)
         raise DataError(f"{path}: not a Zarr array or group ({error}).") from None
     if isinstance(node, zarr.Array):
