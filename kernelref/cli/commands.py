@@ -71,6 +71,10 @@ def fit(args):
             )
             bar.update(1)
         log(args, f"fitted: {_fitted_summary(estimator)}")
+        if callable(getattr(estimator, "progress", None)):
+            # --verbose's logger belongs to this run, not to the model, and a
+            # model file holds data only (saving a function fails)
+            estimator.set_params(progress=None)
         estimator.save(
             args.out,
             provenance={
