@@ -13,6 +13,7 @@ import json
 import os
 
 import numpy as np
+import scipy.sparse
 
 from kernelref._validation import check_integer
 
@@ -23,10 +24,19 @@ __all__ = [
     "check_progress",
     "check_resume",
     "check_store",
+    "dense",
     "fit_identity",
     "kernel_identity",
     "refuse_precomputed",
 ]
+
+
+def dense(X):
+    """The reference's validated X as a fit store or a Gram store takes it: a
+    scipy.sparse matrix densified (N × D must then fit the client), else X. The
+    fitted state keeps the reference's X (sparse stays sparse)."""
+    return X.toarray() if scipy.sparse.issparse(X) else X
+
 
 #: Arguments that change how a fit runs, never what it computes: a store is
 #: resumed whatever their values (an estimator may name more of its own).

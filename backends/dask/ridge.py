@@ -26,9 +26,11 @@ tiles as it reads them (the factor is reused only for the same weights); CG
 iterates with v ↦ s^½ ∘ K(s^½ ∘ v) + λv; Nyström solves the weighted problem on
 the centres' span (``nystrom-weighted``).
 
-X (N × D) must fit in the client's memory; the N × N Gram matrix need not fit
-in any worker's. ``kernel="precomputed"`` is refused: a precomputed Gram matrix
-is one the caller already holds in memory, which the reference solves directly.
+X is what the reference takes (scipy.sparse included, densified for the stores
+while ``X_fit_`` stays sparse); X (N × D, dense) must fit in the client's
+memory; the N × N Gram matrix need not fit in any worker's.
+``kernel="precomputed"`` is refused: a precomputed Gram matrix is one the caller
+already holds in memory, which the reference solves directly.
 """
 
 import numbers
@@ -44,7 +46,11 @@ from backends.dask import cg as _cg
 from backends.dask import ridge_iterative as _iterative
 from backends.dask.blocks import lower_blocks, n_blocks
 from backends.dask.cluster import get_client
-from backends.dask.estimator_args import check_backend_args, refuse_precomputed
+from backends.dask.estimator_args import (
+    check_backend_args,
+    dense,
+    refuse_precomputed,
+)
 from backends.dask.gram_store import COMPRESSORS, GramStore, fingerprint
 from backends.dask.integrity import damaged_chunks
 from backends.dask.linalg import create_factor, tiled_cho_solve, tiled_cholesky
@@ -223,9 +229,10 @@ class KernelRidge(ReferenceKernelRidge):
         it, before any work.
         """
         self._validate_backend()
-        lam, X, t, s, kernel = self._validate(X, y, sample_weight)
+        lam, X_given, t, s, kernel = self._validate(X, y, sample_weight)
+        X = dense(X_given)  # what the stores hold; X_fit_ keeps the reference's
         client = get_client(self.address)
-        X_fit = X
+        X_fit = X_given
         if self.solver == "cholesky":
             a = self._fit_cholesky(X, t, lam, kernel, client, s)
         elif self.solver == "cg":
@@ -235,9 +242,11 @@ class KernelRidge(ReferenceKernelRidge):
             X_fit, a, self.n_iter_ = _iterative.fit_nystrom(
                 self, X, t, lam, kernel, client, s
             )
+            if X_given is not X:
+                X_fit = X_given[self.centre_indices_]
         self.dual_coef_ = a
         self.kernel_ = kernel
-        self.X_fit_ = X_fit.copy() if X_fit is X else X_fit  # the model owns its data
+        self.X_fit_ = X_fit.copy() if X_fit is X_given else X_fit  # the model's own
         self.n_features_in_ = X.shape[1]
         return self
 

@@ -21,11 +21,11 @@ import time
 import warnings
 
 import numpy as np
-import scipy.sparse
 
 from backends.dask.cluster import get_client
 from backends.dask.estimator_args import (
     check_backend_args,
+    dense,
     fit_identity,
     refuse_precomputed,
 )
@@ -70,12 +70,6 @@ def _is_lazy(X):
     """A Zarr or dask array: the fit store reads it in place or has the cluster
     write it."""
     return type(X).__module__.startswith(("zarr", "dask.array"))
-
-
-def dense(X):
-    """The reference's validated X as the fit store and the partitions take it: a
-    scipy.sparse matrix densified (N × D must then fit the client), else X."""
-    return X.toarray() if scipy.sparse.issparse(X) else X
 
 
 def _qp_digest(qp):
