@@ -25,7 +25,11 @@ import numpy as np
 
 from backends.dask.blocks import kernel_block
 from backends.dask.cluster import get_client
-from backends.dask.estimator_args import check_backend_args, refuse_precomputed
+from backends.dask.estimator_args import (
+    check_backend_args,
+    dense,
+    refuse_precomputed,
+)
 from backends.dask.runtime import FitStore, map_chunks, read_chunk, run_loop
 from kernelref._validation import check_integer, record_n_features
 from kernelref.kpca import NEGATIVE_EIGENVALUE_RATIO, ZERO_EIGENVALUE_RATIO
@@ -241,7 +245,11 @@ class KernelPCA(ReferenceKernelPCA):
             "random_state": self.random_state,
         }
         store = FitStore.prepare(
-            self.store, X, identity=identity, chunk_size=self.chunk_size, client=client
+            self.store,
+            dense(X),  # sparse X densified for the store; X_fit_ keeps it sparse
+            identity=identity,
+            chunk_size=self.chunk_size,
+            client=client,
         )
         loop = _BlockKrylov(
             client, store, kernel, k, p, self.tol, self.max_passes, self.random_state

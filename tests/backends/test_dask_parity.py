@@ -8,9 +8,11 @@ import scipy.sparse
 
 pytest.importorskip("distributed")
 
+from backends.dask import KernelPCA as DaskKernelPCA  # noqa: E402
 from backends.dask import KernelRidge as DaskKernelRidge  # noqa: E402
 from backends.dask import svm as dask_svm  # noqa: E402
 from kernelref import svm as reference  # noqa: E402
+from kernelref.kpca import KernelPCA as ReferenceKernelPCA  # noqa: E402
 from kernelref.ridge import KernelRidge  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -105,3 +107,20 @@ def test_kernel_ridge_takes_sparse_x(solver, client):
     Xt = rng.normal(size=(40, 6)) * (rng.uniform(size=(40, 6)) < 0.4)
     for test in (Xt, scipy.sparse.csr_matrix(Xt)):
         np.testing.assert_allclose(ours.predict(test), ref.predict(Xt), atol=1e-8)
+
+
+def test_kernel_pca_takes_sparse_x(client):
+    """CSR X gives the reference's components (the fit store failed on it)."""
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(150, 5)) * (rng.uniform(size=(150, 5)) < 0.5)
+    ref = ReferenceKernelPCA(4, gamma=0.5, eigen_solver="dense").fit(X)
+    ours = DaskKernelPCA(
+        4, gamma=0.5, random_state=0, progress=False, address=client.scheduler.address
+    ).fit(scipy.sparse.csr_matrix(X))
+    assert scipy.sparse.issparse(ours.X_fit_)
+    np.testing.assert_allclose(ours.eigenvalues_, ref.eigenvalues_, rtol=1e-6)
+    Xt = scipy.sparse.csr_matrix(rng.normal(size=(30, 5)))
+    scale = np.abs(ref.transform(Xt)).max()
+    np.testing.assert_allclose(
+        ours.transform(Xt), ref.transform(Xt), rtol=0, atol=1e-6 * scale
+    )
