@@ -182,9 +182,10 @@ def build_parser():
     p.add_argument("model_file", metavar="MODEL_FILE")
     _data_options(
         p,
-        weight_help="the weight column, dropped from the features; an SVM fitted "
-        "with --weight gets its KKT certificate on its training data for these "
-        "weights (the scores are unweighted)",
+        weight_help="a column of sample weights, dropped from the features: the "
+        "scores weighted by it (weighted_accuracy, or weighted_rmse and "
+        "weighted_r2) are reported beside the unweighted ones, and an SVM fitted "
+        "with --weight gets its KKT certificate on its training data for them",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     _cluster_options(p)

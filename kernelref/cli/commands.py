@@ -257,6 +257,7 @@ def _evaluate(args):
             f"evaluate compares predictions with targets: give --target COLUMN "
             f"for {args.data}."
         )
+    s = None if w is None else _score_weights(w, args)
     report = {"model": type(model).__name__, "samples": len(y)}
     kind = getattr(model, "_estimator_type", None)
     if not hasattr(model, "predict"):
@@ -272,6 +273,8 @@ def _evaluate(args):
         residual = np.asarray(predicted, dtype=float) - np.asarray(y, dtype=float)
         report["rmse"] = float(np.sqrt(np.mean(residual**2)))
         report["r2"] = float(model.score(X, y))
+    if s is not None:
+        report.update(_weighted_scores(predicted, y, s, "rmse" not in report))
     for name in ("log_marginal_likelihood_value_", "log_evidence_"):
         if hasattr(model, name):
             report["log_evidence"] = float(getattr(model, name))
@@ -291,6 +294,35 @@ def _evaluate(args):
                 else f"{key}: {value}",
             )
     return 0
+
+
+def _score_weights(w, args):
+    """evaluate's --weight column as numbers ≥ 0, finite and not all zero."""
+    try:
+        s = np.asarray(w, dtype=float)
+    except ValueError:
+        s = None
+    if s is None or not np.all(np.isfinite(s)) or np.any(s < 0) or not np.any(s > 0):
+        raise data.DataError(
+            f"{args.data}: --weight {args.weight}: the weights must be finite "
+            "numbers ≥ 0, not all zero."
+        )
+    return s
+
+
+def _weighted_scores(predicted, y, s, classification):
+    """The scores with sample i counted s_i times: scikit-learn's accuracy_score,
+    mean_squared_error and r2_score with sample_weight=s."""
+    if classification:
+        hit = predicted == _like(y, predicted)
+        return {"weighted_accuracy": float(np.average(hit, weights=s))}
+    t = np.asarray(y, dtype=float)
+    r = np.asarray(predicted, dtype=float) - t
+    t_bar = np.average(t, weights=s)
+    return {
+        "weighted_rmse": float(np.sqrt(np.average(r**2, weights=s))),
+        "weighted_r2": float(1.0 - np.sum(s * r**2) / np.sum(s * (t - t_bar) ** 2)),
+    }
 
 
 def _like(y, predicted):

@@ -170,6 +170,78 @@ def test_evaluate_certifies_a_weighted_svm_for_its_weights(cli, tmp_path):
     assert kkt_report(model, X, names).max_violation > 1e-3
 
 
+def test_evaluate_weights_the_scores(cli, tmp_path):
+    """evaluate --weight: the weighted scores equal scikit-learn's with
+    sample_weight, and the unweighted scores of the rows repeated."""
+    metrics = pytest.importorskip("sklearn.metrics")
+    write_weighted_csv(tmp_path / "train.csv", X, t, w)
+    write_weighted_csv(tmp_path / "labels.csv", X, names, w)
+    assert cli(*fit_command("KernelRidge", "train.csv", "ridge.krm"))[0] == 0
+    assert cli(*fit_command("SVC", "labels.csv", "svc.krm"))[0] == 0
+    test_t, test_names = np.sin(X_test[:, 0]), names[:15]
+    s = np.arange(15) % 3  # zero weights: rows left out
+    write_weighted_csv(tmp_path / "test.csv", X_test, test_t, s)
+    write_weighted_csv(tmp_path / "test_labels.csv", X_test, test_names, s)
+    rows = np.repeat(np.arange(15), s)
+    write_weighted_csv(tmp_path / "rows.csv", X_test[rows], test_t[rows])
+    write_weighted_csv(tmp_path / "rows_labels.csv", X_test[rows], test_names[rows])
+
+    def evaluate(model, data_file, weight="weight"):
+        weighted = ("--weight", weight) if weight else ()
+        status, out, err = cli(
+            "evaluate",
+            model,
+            "--data",
+            data_file,
+            "--target",
+            "target",
+            "--json",
+            *weighted,
+        )
+        assert status == 0, err
+        return json.loads(out)
+
+    ridge = python_fit("KernelRidge", X, sample_weight=w).predict(X_test)
+    report = evaluate("ridge.krm", "test.csv")
+    assert report["rmse"] == pytest.approx(
+        np.sqrt(metrics.mean_squared_error(test_t, ridge)), rel=1e-12
+    )
+    assert report["weighted_rmse"] == pytest.approx(
+        np.sqrt(metrics.mean_squared_error(test_t, ridge, sample_weight=s)), rel=1e-12
+    )
+    assert report["weighted_r2"] == pytest.approx(
+        metrics.r2_score(test_t, ridge, sample_weight=s), rel=1e-12
+    )
+    repeated_rows = evaluate("ridge.krm", "rows.csv", weight=None)
+    assert report["weighted_rmse"] == pytest.approx(repeated_rows["rmse"], rel=1e-12)
+    assert report["weighted_r2"] == pytest.approx(repeated_rows["r2"], rel=1e-12)
+
+    svc = python_fit("SVC", X, sample_weight=w).predict(X_test)
+    report = evaluate("svc.krm", "test_labels.csv")
+    assert report["accuracy"] == metrics.accuracy_score(test_names, svc)
+    assert report["weighted_accuracy"] == pytest.approx(
+        metrics.accuracy_score(test_names, svc, sample_weight=s), rel=1e-12
+    )
+    assert report["weighted_accuracy"] == pytest.approx(
+        evaluate("svc.krm", "rows_labels.csv", weight=None)["accuracy"], rel=1e-12
+    )
+    assert report["weighted_accuracy"] != report["accuracy"]
+
+    write_weighted_csv(tmp_path / "negative.csv", X_test, test_t, s - 2 * (s == 1))
+    status, _, err = cli(
+        "evaluate",
+        "ridge.krm",
+        "--data",
+        "negative.csv",
+        "--target",
+        "target",
+        "--weight",
+        "weight",
+    )
+    assert status == 1
+    assert "negative.csv: --weight weight: the weights must be finite numbers" in err
+
+
 def test_weight_refusals(run, cli, tmp_path):
     write_weighted_csv(tmp_path / "train.csv", X, t, w)
     write_libsvm(tmp_path / "train.svm", X, t)
@@ -288,3 +360,13 @@ def test_every_format_with_columns_reads_the_same_weights(tmp_path):
     # without --weight nothing changes: the weight column is a feature
     X_all, y_all, none = data.read_weighted(tmp_path / "named.csv", "target")
     assert none is None and X_all.shape == (60, 4) and np.array_equal(y_all, t)
+
+
+def test_help_tells_of_weight(run):
+    done = run("fit", "--help")
+    assert done.returncode == 0 and "--weight COLUMN" in done.stdout
+    assert "sample_weight=w" in done.stdout and "--weight w" in done.stdout
+    done = run("evaluate", "--help")
+    assert done.returncode == 0 and "weighted_rmse" in done.stdout
+    done = run("predict", "--help")
+    assert done.returncode == 0 and "--weight COLUMN" in done.stdout
