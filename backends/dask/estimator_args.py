@@ -15,7 +15,8 @@ import os
 import numpy as np
 import scipy.sparse
 
-from kernelref._validation import check_integer
+from kernelref._validation import check_integer, check_samples
+from kernelref.kernels import accepts_sparse
 
 __all__ = [
     "OPERATIONAL",
@@ -25,6 +26,7 @@ __all__ = [
     "check_resume",
     "check_store",
     "dense",
+    "dense_samples",
     "fit_identity",
     "kernel_identity",
     "refuse_precomputed",
@@ -36,6 +38,13 @@ def dense(X):
     scipy.sparse matrix densified (N × D must then fit the client), else X. The
     fitted state keeps the reference's X (sparse stays sparse)."""
     return X.toarray() if scipy.sparse.issparse(X) else X
+
+
+def dense_samples(X, kernel, name="X"):
+    """X checked as the reference checks it for `kernel` (scipy.sparse where the
+    kernel takes it), then ``dense``: for estimators whose fitted state and
+    predictions are computed from the fit store's dense rows."""
+    return dense(check_samples(X, kernel, name, accept_sparse=accepts_sparse(kernel)))
 
 
 #: Arguments that change how a fit runs, never what it computes: a store is

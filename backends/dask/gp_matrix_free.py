@@ -76,13 +76,13 @@ from scipy.linalg import eigh_tridiagonal, qr
 
 from backends.dask import cg as _cg
 from backends.dask.blocks import kernel_block, reusable_buffer
+from backends.dask.estimator_args import dense_samples
 from backends.dask.gp_variance import check_predict_args
 from backends.dask.runtime import FitStore, map_chunks, run_keyed_loop
 from kernelref._validation import (
     check_integer,
     check_n_features,
     check_positive,
-    check_samples,
     check_targets,
     evaluate_kernel,
     record_n_features,
@@ -543,7 +543,7 @@ def fit_matrix_free(est, X, y):
     kernel, noise = est._validate_params()
     check_backend_args(est)
     rbf_parts(kernel)
-    X = check_samples(X, kernel, "X")
+    X = dense_samples(X, kernel)
     t = check_targets(y, X.shape[0], "y")
     if t.ndim != 1:
         raise ValueError(
@@ -617,7 +617,7 @@ def predict_mean(est, X):
     """The predictive mean k*ᵀα (``gp-predictive-mean``) of a ``solver="cg"`` fit,
     k(X*, X) formed ``PREDICT_ROWS`` test rows at a time. The variance is
     ``gp_variance.predict``'s."""
-    X = check_samples(X, est.kernel_, "X")
+    X = dense_samples(X, est.kernel_)
     check_n_features(X, est.n_features_in_)
     mean = np.concatenate(
         [

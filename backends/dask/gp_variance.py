@@ -40,12 +40,12 @@ import numpy as np
 
 from backends.dask import cg as _cg
 from backends.dask.blocks import kernel_block
+from backends.dask.estimator_args import dense_samples
 from backends.dask.runtime import FitStore, map_chunks, run_keyed_loop
 from kernelref._validation import (
     check_integer,
     check_n_features,
     check_positive,
-    check_samples,
 )
 
 __all__ = [
@@ -284,7 +284,7 @@ def predict(est, X, return_std=False, return_cov=False):
             "ask for return_std or return_cov, not both; "
             "the standard deviation is the root of the covariance's diagonal."
         )
-    X = check_samples(X, est.kernel_, "X")
+    X = dense_samples(X, est.kernel_)
     check_n_features(X, est.n_features_in_)
     if return_std or return_cov:
         resolve_predict_args(est, len(X), return_cov)
