@@ -8,12 +8,14 @@ import scipy.sparse
 
 pytest.importorskip("distributed")
 
+import kernelref  # noqa: E402
 from backends.dask import GaussianProcessClassifier as DaskGaussianProcessClassifier  # noqa: E402
 from backends.dask import GaussianProcessRegressor as DaskGaussianProcessRegressor  # noqa: E402
 from backends.dask import KernelPCA as DaskKernelPCA  # noqa: E402
 from backends.dask import KernelRidge as DaskKernelRidge  # noqa: E402
 from backends.dask import svm as dask_svm  # noqa: E402
 from kernelref import svm as reference  # noqa: E402
+from kernelref.gp import GaussianProcessRegressor as ReferenceGaussianProcessRegressor  # noqa: E402
 from kernelref.gp_classify import (
     GaussianProcessClassifier as ReferenceGaussianProcessClassifier,  # noqa: E402
 )
@@ -175,3 +177,31 @@ def test_gp_classifier_takes_sparse_x(client):
     np.testing.assert_allclose(
         ours.predict_proba(Xts), ref.predict_proba(Xts), atol=1e-6
     )
+
+
+@pytest.mark.parametrize("name", ["regressor", "classifier"])
+def test_saved_gp_predicts_after_the_evidence_at_another_theta(name, client, tmp_path):
+    """log_marginal_likelihood(θ') leaves the model's factor alone: it overwrote
+    the store's one factor, so a saved model (which opens it read-only) failed
+    with 'store was opened in read-only mode' and predicted nothing."""
+    X = np.random.default_rng(10).normal(size=(60, 3))
+    if name == "regressor":
+        y, method = np.sin(X[:, 0]), "predict"
+        params = dict(kernel=1.0 * RBF(0.5), noise=0.1, optimizer=None)
+        ref = ReferenceGaussianProcessRegressor(**params).fit(X, y)
+        model = DaskGaussianProcessRegressor
+    else:
+        y, method = (X[:, 0] > 0).astype(int), "predict_proba"
+        params = dict(kernel=1.0 * RBF(0.5), optimizer=None)
+        ref = ReferenceGaussianProcessClassifier(**params).fit(X, y)
+        model = DaskGaussianProcessClassifier
+    model = model(**params, progress=False, address=client.scheduler.address)
+    before = getattr(model.fit(X, y), method)(X)
+    model.save(tmp_path / "model.krm")
+    theta = model.kernel_.theta + 0.3
+    assert model.log_marginal_likelihood(theta) == pytest.approx(
+        ref.log_marginal_likelihood(theta), rel=1e-10
+    )
+    loaded = kernelref.load(tmp_path / "model.krm")
+    np.testing.assert_allclose(getattr(loaded, method)(X), before, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(getattr(model, method)(X), before, rtol=0, atol=1e-12)

@@ -218,6 +218,7 @@ class GaussianProcessClassifier(ClusterFitMixin, ReferenceClassifier):
         self._fit = fit = self._open_fit(X, t, identity, "GPC ML-II")
         with fit:
             super()._fit_binary(kernel, X, t)
+        fit.keep_factor()
         self._x_ref, self.store_ = fit.store.x_ref, str(fit.store.path)
         self.n_evaluations_, self.n_resumed_ = fit.n_computed, fit.n_resumed
 

@@ -116,11 +116,7 @@ class ExactFit:
 
     def __init__(self, store, client, progress, resume, description):
         self.store, self.client = store, client
-        path = store.path / "factor"
-        if (path / "zarr.json").is_file():
-            self.factor = zarr.open_array(store=str(path), mode="r+")
-        else:
-            self.factor = create_factor(str(path), store.n, store.chunk_size)
+        self.factor = self._open_factor("factor")
         self.bar = Progress(progress, description, "log evidence", "evaluations")
         self.n_computed = 0
         loaded = store.load_state() if resume else None
@@ -139,6 +135,19 @@ class ExactFit:
         self.close()
 
     # -- the factor -----------------------------------------------------------------
+    def _open_factor(self, name):
+        path = self.store.path / name
+        if (path / "zarr.json").is_file():
+            return zarr.open_array(store=str(path), mode="r+")
+        return create_factor(str(path), self.store.n, self.store.chunk_size)
+
+    def keep_factor(self):
+        """Leave the factor to the fitted model: evaluations after the fit
+        (``log_marginal_likelihood`` at another θ) factorise into a second array
+        of the store, ``factor-scratch``, so the model's factor, which its saved
+        model files name, keeps the fitted θ."""
+        self.factor = self._open_factor("factor-scratch")
+
     def factorise(self, tiles, lam, key):
         """chol(tiles + λI) into the fit's factor unless it holds it already."""
         ensure_factor(self.factor, tiles, lam, key, self.client)

@@ -232,6 +232,7 @@ class GaussianProcessRegressor(ClusterFitMixin, ReferenceGaussianProcessRegresso
             lml = log_evidence(t, alpha, fit.log_diagonal_sum())
         self.kernel_, self._noise, self.alpha_ = kernel, noise, alpha
         self.factor_, self.store_ = fit.factor, str(fit.store.path)
+        fit.keep_factor()
         self._x_ref = fit.store.x_ref
         self._y_mean, self._y_std = y_mean, y_std
         self.log_marginal_likelihood_value_ = lml
