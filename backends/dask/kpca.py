@@ -146,6 +146,11 @@ class KernelPCA(ReferenceKernelPCA):
         Number of components k (required: all N would need the whole Gram matrix).
     kernel, gamma, degree, coef0, random_state
         As in ``kernelref.kpca.KernelPCA``; ``kernel="precomputed"`` is refused.
+    alpha, fit_inverse_transform
+        As in the reference: learn the pre-image map B = (K_Y + αI)⁻¹ X of
+        ``inverse_transform`` (label ``kpca-preimage``), here by the backend's
+        ``KernelRidge`` (K_Y tiled in a temporary Gram store and factorised on the
+        cluster), so α must be > 0.
     block_size : int or None
         Columns p of each Krylov block; None means max(2k, k + 10).
     tol : float
@@ -172,6 +177,8 @@ class KernelPCA(ReferenceKernelPCA):
         degree=3,
         coef0=1,
         random_state=None,
+        alpha=1.0,
+        fit_inverse_transform=False,
         block_size=None,
         tol=1e-9,
         max_passes=30,
@@ -188,6 +195,8 @@ class KernelPCA(ReferenceKernelPCA):
             degree=degree,
             coef0=coef0,
             random_state=random_state,
+            alpha=alpha,
+            fit_inverse_transform=fit_inverse_transform,
         )
         del self.eigen_solver
         self.block_size = block_size
@@ -233,6 +242,12 @@ class KernelPCA(ReferenceKernelPCA):
         (``kpca-normalise``)."""
         self._check_backend(None)
         X, kernel, k, _ = self._validate(X)
+        if self.fit_inverse_transform and self.alpha == 0:
+            raise ValueError(
+                "alpha must be > 0 for backends.dask.KernelPCA with "
+                "fit_inverse_transform=True: the pre-image map's K_Y + αI is "
+                "factorised by a tiled Cholesky; use a small alpha such as 1e-8."
+            )
         n = X.shape[0]
         p = min(n - 1, self.block_size or max(2 * k, k + 10))
         client = get_client(self.address)
@@ -284,4 +299,18 @@ class KernelPCA(ReferenceKernelPCA):
         self.residual_ = float(state["residual"])
         self.store_ = str(store.path)
         record_n_features(self, X)
+        for name in ("X_transformed_fit_", "inverse_dual_coef_"):
+            self.__dict__.pop(name, None)
+        if self.fit_inverse_transform:
+            self._fit_inverse_transform(X)
         return self
+
+    def _fit_inverse_transform(self, X):
+        """B = (K_Y + αI)⁻¹ X for the training projections Y (label
+        ``kpca-preimage``), solved by the backend's kernel ridge on the cluster."""
+        from backends.dask.ridge import KernelRidge
+
+        Y = self.eigenvectors_ * np.sqrt(self.eigenvalues_)
+        ridge = KernelRidge(lam=self.alpha, kernel=self.kernel_, address=self.address)
+        self.inverse_dual_coef_ = ridge.fit(Y, X).dual_coef_
+        self.X_transformed_fit_ = Y

@@ -205,3 +205,23 @@ def test_saved_gp_predicts_after_the_evidence_at_another_theta(name, client, tmp
     loaded = kernelref.load(tmp_path / "model.krm")
     np.testing.assert_allclose(getattr(loaded, method)(X), before, rtol=0, atol=1e-12)
     np.testing.assert_allclose(getattr(model, method)(X), before, rtol=0, atol=1e-12)
+
+
+def test_kernel_pca_inverse_transform_equals_the_reference(client):
+    """fit_inverse_transform and alpha as in the reference (both were refused by
+    __init__, so inverse_transform could not be fitted); alpha = 0 is refused."""
+    X = np.random.default_rng(11).normal(size=(150, 3))
+    params = dict(n_components=3, gamma=0.5, alpha=0.1, fit_inverse_transform=True)
+    ref = ReferenceKernelPCA(eigen_solver="dense", **params).fit(X)
+    ours = DaskKernelPCA(
+        **params, random_state=0, progress=False, address=client.scheduler.address
+    ).fit(X)
+    assert {"alpha", "fit_inverse_transform"} <= set(ours.get_params())
+    Y = ref.transform(X[:20])
+    np.testing.assert_allclose(
+        ours.inverse_transform(Y), ref.inverse_transform(Y), rtol=0, atol=1e-6
+    )
+    with pytest.raises(ValueError, match="alpha"):
+        DaskKernelPCA(**{**params, "alpha": 0.0}, address=client.scheduler.address).fit(
+            X
+        )
