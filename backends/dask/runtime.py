@@ -246,6 +246,19 @@ class FitStore:
         return cls._write(path, X, arrays, wanted, client)
 
     @classmethod
+    def open(cls, path):
+        """The complete fit store at `path` as its fit left it, for the fitted
+        model that names it (a model loaded from a file, or unpickled)."""
+        path = pathlib.Path(path)
+        attrs = _read_attrs(path)
+        if attrs is None or not attrs.get("data_complete"):
+            raise ValueError(
+                f"the fit store {str(path)!r} of this model is gone or incomplete "
+                "(a temporary store is removed when its process exits); fit again."
+            )
+        return cls(path, attrs, _refs(path, attrs))
+
+    @classmethod
     def _write(cls, path, X, arrays, attrs, client):
         import zarr
 

@@ -2,6 +2,8 @@
 the reference's arguments and inputs and give its models (small N, the two-worker
 ``client`` fixture)."""
 
+import pickle
+
 import numpy as np
 import pytest
 import scipy.sparse
@@ -225,3 +227,33 @@ def test_kernel_pca_inverse_transform_equals_the_reference(client):
         DaskKernelPCA(**{**params, "alpha": 0.0}, address=client.scheduler.address).fit(
             X
         )
+
+
+@pytest.mark.parametrize("name", ["regressor", "classifier"])
+def test_loaded_and_unpickled_gp_give_the_evidence_at_another_theta(
+    name, client, tmp_path
+):
+    """A model from a file or a pickle carries no fit, and log_marginal_likelihood
+    (theta) failed with AttributeError '_fit'; it now reopens the fit store."""
+    X = np.random.default_rng(12).normal(size=(60, 3))
+    if name == "regressor":
+        y = np.sin(X[:, 0])
+        params = dict(kernel=1.0 * RBF(0.5), noise=0.1, optimizer=None)
+        ref = ReferenceGaussianProcessRegressor(**params).fit(X, y)
+        model = DaskGaussianProcessRegressor
+    else:
+        y = np.digitize(X[:, 0], [-0.4, 0.4])
+        params = dict(kernel=1.0 * RBF(0.5), optimizer=None)
+        ref = ReferenceGaussianProcessClassifier(**params).fit(X, y)
+        model = DaskGaussianProcessClassifier
+    model = model(**params, progress=False, address=client.scheduler.address)
+    model.fit(X, y).save(tmp_path / "model.krm")
+    theta = ref.kernel_.theta + 0.3 if name == "regressor" else np.log([2.0, 0.3])
+    value, gradient = ref.log_marginal_likelihood(theta, eval_gradient=True)
+    for copy in (
+        kernelref.load(tmp_path / "model.krm"),
+        pickle.loads(pickle.dumps(model)),
+    ):
+        mine, mine_gradient = copy.log_marginal_likelihood(theta, eval_gradient=True)
+        assert mine == pytest.approx(value, rel=1e-10)
+        np.testing.assert_allclose(mine_gradient, gradient, rtol=1e-8, atol=1e-10)

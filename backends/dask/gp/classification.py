@@ -192,6 +192,7 @@ class GaussianProcessClassifier(ClusterFitMixin, ReferenceClassifier):
         return self._fit.gradient(kernel, F, G, 0.5, W_sr)
 
     def _evidence(self, kernel, X, t, eval_gradient):
+        self._ensure_fit()
         if eval_gradient:
             known = self._fit.recorded(kernel.theta, True)
             if known is not None:

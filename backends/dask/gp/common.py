@@ -81,6 +81,16 @@ class ClusterFitMixin:
         )
         return ExactFit(store, client, self.progress, self.resume, description)
 
+    def _ensure_fit(self):
+        """The fit's ``ExactFit``; a model loaded from a file or unpickled carries
+        none, and gets its fit store reopened (its factor kept, as after a fit)."""
+        if "_fit" not in self.__dict__:
+            store = FitStore.open(self.store_)
+            fit = ExactFit(store, get_client(self.address), False, True, "")
+            fit.keep_factor()
+            self._fit = fit
+        return self._fit
+
     def __getstate__(self):
         state = dict(self.__dict__)
         for name in self._transient:

@@ -182,7 +182,7 @@ class GaussianProcessRegressor(ClusterFitMixin, ReferenceGaussianProcessRegresso
         """log p(t | X, θ) (``gp-lml``) and its gradient (``gp-lml-grad``), tiled."""
         if self.solver == "cg":
             return matrix_free._evidence(self, kernel, eval_gradient)
-        fit = self._fit
+        fit = self._ensure_fit()
         known = fit.recorded(kernel.theta, eval_gradient)
         if known is not None:
             return known if eval_gradient else known[0]
