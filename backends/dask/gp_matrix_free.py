@@ -471,8 +471,35 @@ class EvaluationRecord:
         self.store.save_state(self.r, len(self.r["value"]))
 
 
+def _reopen(est):
+    """The evidence and record of a fitted model loaded from a file or
+    unpickled, which carry neither: its fit store reopened, its settings."""
+    from backends.dask.cluster import get_client
+
+    store = FitStore.open(est.store_)
+    est._matrix_free = MatrixFreeEvidence(
+        get_client(est.address),
+        store,
+        est.X_train_,
+        est.y_train_,
+        est._noise,
+        n_probes=est.n_probes,
+        lanczos_steps=est.lanczos_steps,
+        tol=est.tol,
+        rank=est.rank,
+        max_iter=est.max_iter,
+        random_state=est.probe_seed,
+        trace_estimator=est.trace_estimator,
+        progress=False,
+        resume=True,
+    )
+    est._record = EvaluationRecord(store, True)
+
+
 def _evidence(est, kernel, eval_gradient):
     """One evaluation, answered from the record when it was made before."""
+    if "_record" not in est.__dict__:
+        _reopen(est)
     record, evidence = est._record, est._matrix_free
     theta = kernel.theta
     k = record.recorded(theta, eval_gradient)

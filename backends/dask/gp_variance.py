@@ -201,11 +201,13 @@ class PredictiveCovariance:
 
 
 def _training_store(est, client):
-    """The fit's store, or (a model loaded where it no longer exists) a
-    temporary store of ``X_train_``."""
+    """The fit's store (reopened for a model loaded from a file or unpickled),
+    or (where it no longer exists) a temporary store of ``X_train_``."""
     import pathlib
 
     store = getattr(est, "_fit_store", None)
+    if store is None and pathlib.Path(est.store_).exists():
+        store = est._fit_store = FitStore.open(est.store_)
     if store is not None and pathlib.Path(store.x_ref.path).exists():
         return store
     store = FitStore.prepare(

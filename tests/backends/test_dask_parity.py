@@ -257,3 +257,29 @@ def test_loaded_and_unpickled_gp_give_the_evidence_at_another_theta(
         mine, mine_gradient = copy.log_marginal_likelihood(theta, eval_gradient=True)
         assert mine == pytest.approx(value, rel=1e-10)
         np.testing.assert_allclose(mine_gradient, gradient, rtol=1e-8, atol=1e-10)
+
+
+def test_matrix_free_gp_saves_and_its_copies_give_evidence_and_variance(
+    client, tmp_path
+):
+    """solver='cg': save refused the fit store handle ('cannot save
+    model._fit_store'), and an unpickled model's log_marginal_likelihood(theta)
+    failed with AttributeError '_record'. Copies now reopen the fit store."""
+    X = np.random.default_rng(13).normal(size=(60, 3))
+    y = np.sin(X[:, 0])
+    params = dict(kernel=1.0 * RBF(0.5), noise=0.1, optimizer=None)
+    ref = ReferenceGaussianProcessRegressor(**params).fit(X, y)
+    model = DaskGaussianProcessRegressor(
+        **params, solver="cg", progress=False, address=client.scheduler.address
+    ).fit(X, y)
+    model.save(tmp_path / "model.krm")
+    theta = model.kernel_.theta + 0.3
+    copies = [kernelref.load(tmp_path / "model.krm"), pickle.loads(pickle.dumps(model))]
+    values = [c.log_marginal_likelihood(theta) for c in copies]
+    # the estimate of the fitted model itself, computed afresh (probes are seeded)
+    assert values == pytest.approx([model.log_marginal_likelihood(theta)] * 2, rel=1e-5)
+    for c in copies:
+        std = c.predict(X[:10], return_std=True)[1]
+        np.testing.assert_allclose(
+            std, ref.predict(X[:10], return_std=True)[1], atol=1e-8
+        )

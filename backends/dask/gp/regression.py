@@ -158,7 +158,7 @@ class GaussianProcessRegressor(ClusterFitMixin, ReferenceGaussianProcessRegresso
         self.predict_tol = predict_tol
         self.predict_batch = predict_batch
 
-    _transient = ("_fit", "_matrix_free", "_record")
+    _transient = ("_fit", "_matrix_free", "_record", "_fit_store")
 
     # -- the evidence on the cluster ---------------------------------------------------
     def _factorise(self, kernel, noise, factor=None, client=None):
