@@ -283,3 +283,20 @@ def test_matrix_free_gp_saves_and_its_copies_give_evidence_and_variance(
         np.testing.assert_allclose(
             std, ref.predict(X[:10], return_std=True)[1], atol=1e-8
         )
+
+
+@pytest.mark.parametrize("convert", [as_list, as_csr])
+def test_cluster_kkt_report_takes_the_reference_inputs(convert, client):
+    """backends.dask.svm.kkt_report of a model fitted on CSR or a list certifies it
+    from that input as from the dense array (it failed in the fit store)."""
+    X, y = three_classes()
+    model = dask_svm.SVC(
+        gamma=0.5, progress=False, address=client.scheduler.address
+    ).fit(convert(X), y)
+    address = client.scheduler.address
+    theirs = dask_svm.kkt_report(model, X, y, address=address)
+    mine = dask_svm.kkt_report(model, convert(X), y, address=address)
+    assert mine.max_violation == pytest.approx(theirs.max_violation, rel=1e-10)
+    assert mine.max_violation < model.tol
+    for a, b in zip(mine.pair_reports, theirs.pair_reports):
+        assert a.dual_objective == pytest.approx(b.dual_objective, rel=1e-10)

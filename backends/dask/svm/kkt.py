@@ -9,8 +9,9 @@ an N × n_SV one) exists anywhere: the client holds O(N · machines).
 import numpy as np
 
 from backends.dask.cluster import get_client
+from backends.dask.estimator_args import dense, dense_samples
 from backends.dask.runtime import FitStore, map_chunks
-from backends.dask.svm.estimators import centring_shift, materialise
+from backends.dask.svm.estimators import _is_lazy, centring_shift, materialise
 from backends.dask.svm.tasks import product_chunk, product_chunk_at
 from kernelref.svm import kkt as reference_kkt
 from kernelref.svm.multiclass import ovo_coefficients
@@ -42,8 +43,10 @@ def kkt_report(
     """``kernelref.svm.kkt_report`` of a fitted SVM (reference or backend) with
     K @ coef and the decision values computed on the cluster.
 
-    X (numpy, Zarr or dask) is written once into a fit store (`store`, or a
-    temporary directory) in chunks of `chunk_size` rows.
+    X (what the reference takes: a list, a pandas frame, scipy.sparse for the
+    kernels that take it, densified; or a Zarr or dask array) is written once
+    into a fit store (`store`, or a temporary directory) in chunks of
+    `chunk_size` rows.
     """
     kernel = estimator.kernel_
     if isinstance(kernel, str):
@@ -51,11 +54,11 @@ def kkt_report(
             "kkt_report on the cluster needs a kernel, not kernel='precomputed'; use "
             "kernelref.svm.kkt_report, which takes the Gram matrix as X."
         )
+    X_client = dense_samples(materialise(X), kernel)
     client = get_client(address)
-    X_client = materialise(X)
     data = FitStore.prepare(
         store,
-        X,
+        X if _is_lazy(X) else X_client,
         identity={"purpose": "kkt_report"},
         chunk_size=chunk_size,
         client=client,
@@ -71,13 +74,13 @@ def kkt_report(
 
     try:
         D, b = pair_coefficients(estimator)
-        rows = estimator.support_
-        if np.array_equal(estimator.support_vectors_, X_client[rows]):
+        rows, support_vectors = estimator.support_, dense(estimator.support_vectors_)
+        if np.array_equal(support_vectors, X_client[rows]):
             # The support vectors are rows of X: the workers gather them.
             order = np.argsort(rows, kind="stable")
             task, S, D = product_chunk_at, rows[order], D[order]
         else:
-            task, S = product_chunk, estimator.support_vectors_ - shift
+            task, S = product_chunk, support_vectors - shift
         decision = (
             np.concatenate(map_chunks(client, task, data.x_ref, kernel, shift, S, D))
             + b
