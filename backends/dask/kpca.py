@@ -146,6 +146,9 @@ class KernelPCA(ReferenceKernelPCA):
         Number of components k (required: all N would need the whole Gram matrix).
     kernel, gamma, degree, coef0, random_state
         As in ``kernelref.kpca.KernelPCA``; ``kernel="precomputed"`` is refused.
+    eigen_solver : "auto", "dense" or "arpack"
+        Checked as the reference checks it, so that its scripts run unchanged,
+        and otherwise unused: the eigenpairs come from the block Krylov iteration.
     alpha, fit_inverse_transform
         As in the reference: learn the pre-image map B = (K_Y + αI)⁻¹ X of
         ``inverse_transform`` (label ``kpca-preimage``), here by the backend's
@@ -176,6 +179,7 @@ class KernelPCA(ReferenceKernelPCA):
         gamma=None,
         degree=3,
         coef0=1,
+        eigen_solver="auto",
         random_state=None,
         alpha=1.0,
         fit_inverse_transform=False,
@@ -194,11 +198,11 @@ class KernelPCA(ReferenceKernelPCA):
             gamma=gamma,
             degree=degree,
             coef0=coef0,
+            eigen_solver=eigen_solver,
             random_state=random_state,
             alpha=alpha,
             fit_inverse_transform=fit_inverse_transform,
         )
-        del self.eigen_solver
         self.block_size = block_size
         self.tol = tol
         self.max_passes = max_passes
@@ -207,10 +211,6 @@ class KernelPCA(ReferenceKernelPCA):
         self.address = address
         self.progress = progress
         self.resume = resume
-
-    eigen_solver = (
-        "dense"  # the reference's validation only; the solver is block Krylov
-    )
 
     def _check_backend(self, n):
         refuse_precomputed(self, "kernelref.kpca")

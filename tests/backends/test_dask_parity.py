@@ -300,3 +300,29 @@ def test_cluster_kkt_report_takes_the_reference_inputs(convert, client):
     assert mine.max_violation < model.tol
     for a, b in zip(mine.pair_reports, theirs.pair_reports):
         assert a.dual_objective == pytest.approx(b.dual_objective, rel=1e-10)
+
+
+@pytest.mark.parametrize(
+    "backend, ref",
+    [
+        (DaskKernelRidge, KernelRidge),
+        (DaskKernelPCA, ReferenceKernelPCA),
+        (DaskGaussianProcessRegressor, ReferenceGaussianProcessRegressor),
+        (DaskGaussianProcessClassifier, ReferenceGaussianProcessClassifier),
+    ],
+)
+def test_estimator_takes_every_reference_argument(backend, ref):
+    """KernelPCA lacked eigen_solver (and alpha, fit_inverse_transform)."""
+    assert set(ref().get_params()) <= set(backend().get_params())
+
+
+def test_kernel_pca_checks_eigen_solver_as_the_reference(client, tmp_path):
+    X = np.random.default_rng(14).normal(size=(50, 3))
+    address = client.scheduler.address
+    model = DaskKernelPCA(2, eigen_solver="arpack", progress=False, address=address)
+    ref = ReferenceKernelPCA(2, eigen_solver="arpack").fit(X)
+    np.testing.assert_allclose(model.fit(X).eigenvalues_, ref.eigenvalues_, rtol=1e-6)
+    store = tmp_path / "fit.zarr"
+    with pytest.raises(ValueError, match="eigen_solver"):
+        DaskKernelPCA(2, eigen_solver="lobpcg", store=store, address=address).fit(X)
+    assert not store.exists()
