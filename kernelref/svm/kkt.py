@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kernelref._validation import check_samples
+from kernelref.kernels import accepts_sparse
 
 __all__ = ["DualProblem", "KKTReport", "gram_product", "kkt_report", "qp_kkt"]
 
@@ -154,7 +155,8 @@ def kkt_report(
     report per pair; the returned one holds the largest violation and gap, with
     ``pair_reports`` listing all.
     """
-    X = check_samples(X, estimator.kernel_, "X")
+    kernel = estimator.kernel_
+    X = check_samples(X, kernel, "X", accept_sparse=accepts_sparse(kernel))
     problems_ = estimator.dual_problems(y, sample_weight)
     n = X.shape[0]
     coef = np.column_stack(

@@ -185,6 +185,21 @@ def test_svm_fits_the_same_model_on_sparse_input(make, target, kernel):
     _assert_same_svm(dense, sparse, sparse_data(12)[0])
 
 
+def test_kkt_report_takes_the_sparse_training_data():
+    """kkt_report certifies a model fitted on CSR from that CSR, as from the dense
+    array (it refused sparse X as a kernel that takes none, for an RBF kernel)."""
+    X, z = sparse_data(2)
+    y = np.digitize(z, np.quantile(z, [1 / 3, 2 / 3]))
+    model = SVC(gamma=0.5).fit(sp.csr_matrix(X), y)
+    from kernelref.svm import kkt_report
+
+    sparse, dense = kkt_report(model, sp.csr_matrix(X), y), kkt_report(model, X, y)
+    assert sparse.max_violation == pytest.approx(dense.max_violation, rel=1e-10)
+    assert sparse.max_violation < model.tol
+    for a, b in zip(sparse.pair_reports, dense.pair_reports):
+        assert a.dual_objective == pytest.approx(b.dual_objective, rel=1e-10)
+
+
 def test_svc_on_sparse_input_agrees_with_libsvm():
     from sklearn.svm import SVC as SklearnSVC
 
