@@ -44,7 +44,13 @@ of ``design.gram_row``):
   ends lower and is discarded; neither budget stops its held phase).
 - sinc N = 10 000 and 50 000 with ``--cache-mb 0`` (memory that grows with
   N): worker peaks 141 and 230 MiB; 25 and 27 passes at 1.39× and 1.16× their
-  floors; N = 50 000 in 121 s with 8 relevance vectors.
+  floors; N = 50 000 in 121 s with 8 relevance vectors. Repeated 2026-11-24,
+  16:49-17:03 UTC, after the re-hold and the swap pass (shared machine: four
+  other jobs, an RBF entry at 5.15 ns against 2.4-2.9 quiet): 59 passes
+  (27 before them) at 13.7 s, 2.12× their floor, 811 s, 7 relevance vectors,
+  log evidence 44 199.93, worker peaks 216 and 229 MiB. The same day at
+  N = 5000 (two workers, cache on): sinc 70 passes against 67 before the swap
+  pass, +0.056 nats; sinc20 100 against 98, +0.24 nats.
 
 Friedman #1 with 20 inputs (``friedman20``) keeps a model that grows with N,
 and the sequential algorithm's path with it: the reference takes 1.05 s for
