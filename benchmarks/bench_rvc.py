@@ -234,6 +234,50 @@ wine one-vs-rest, profiled; nothing adopted.
   evidence as before. What remains is the structure: two paths of 6-32
   approximations per class at ~0.6 ms each, against re-estimation's ~0.15 ms steps.
 
+A seventh pass (2026-11-24, 16:50-17:30 UTC, machine shared, load 1-9): the RVR's
+exact swap screen (``kernelref.rvm.swaps``, 18989cf) at the end of the kept path.
+
+- The five evidence misses are not swap-type maxima. Re-estimation keeps other
+  functions: cancer s1 c = 1 shares 1 of its 11 with the default's 10, c = 0.25 none
+  of 8 (6), and its other functions are up to the 277th nearest point of the
+  default's; wine's rows share 4 of re-estimation's 5 and 7, or none of 4, its others
+  mostly the 1st-12th nearest. At the kept fit's last approximation (beta = 1 held)
+  every allowed swap, re-scored by its Laplace evidence at its mode (alpha_k at the
+  approximation's optimum, the rest fixed; 98-1377 swaps a row), gains at most -0.32
+  (cancer c = 1), -0.04 (cancer c = 0.25), -0.13 (wine s0 c = 0.25 softmax), +0.02
+  (one wine s1 c = 0.25 ovr class) and +0.13 nats (wine s1 c = 4 softmax).
+- The screen and its polish hold with beta held: no formula of ``swaps`` assumes beta
+  learnt (beta enters as the model's, the polish with learn_beta=False keeps beta =
+  1); on the five rows' approximations the 40 best gains equal the brute-force
+  evidence of the swapped approximation to 4e-13 and the polished evidence the direct
+  one to 2e-12 (``tests/reference/test_rvc_swaps.py`` checks both).
+- Adopted (``rvc_fast.swap_pass``, ``PATH_SWAPS`` = 2): after the paths, one more
+  approximation at the kept fit's mode whose ``FastLoop`` starts converged and takes
+  at most two swaps that pay on the approximation; where it took one, the mode there
+  and ``fast_path`` from it to a fixed point; kept only if the Laplace evidence is
+  higher. Three whole runs against four of the previous code (alternating; the
+  previous code's first under load 9): met on 38, 38, 38 of 48 against 36, 38, 38, 38;
+  evidence on 43 and time on 42 in all quiet runs. Seven rows gain, none loses: moons
+  s0 c = 0.25 +1.38, wine s0 c = 1 ovr +0.89, wine s0 c = 0.25 ovr +0.42, iris s1 c =
+  1 ovr +0.24, moons s1 c = 1 +0.22, moons s0 c = 1 +0.12, moons s0 c = 4 +0.06 nats;
+  the five misses are unchanged. Approximations 2660 -> 2879 (+8%), loop iterations
+  +5%, the default's time over the rows over re-estimation's 0.159-0.166 ->
+  0.171-0.174; moons s0 c = 1 0.38-0.41 -> 0.37-0.47. The Dask RVC runs the same pass
+  (``bench_dask_rvc --n 1000 --widths 0.25 1 4``: the reference's relevance vectors
+  and evidence to 2.3e-9 with and without it): one streamed pass where no swap pays
+  (four of six problems, same evidence), and where swaps pay the swap approximation's
+  passes plus the path's after them: ripley c = 0.25 24 -> 34 passes for +2.04 nats,
+  classif c = 0.25 79 -> 91 for +0.49.
+- Tried, not adopted: the same pass without the path after the swap (the form tried
+  first): on the five rows nothing changes; one wine s1 c = 0.25 ovr class takes a swap
+  whose Laplace evidence at the new mode is 54 nats lower (a polished alpha the
+  logistic likelihood does not bear) and is refused. Re-ranking the screen's 40 (or
+  10) best swaps by their Laplace evidence at their mode, the best continued by
+  ``fast_path``, two rounds: evidence on 44 (wine s1 c = 4 softmax -0.81 -> +0.66,
+  eleven other rows up to +0.94), but the Newton modes of the screen and the paths
+  after its swaps cost: met on 25 and 27 with 40, 36 and 35 with 10 (moons s1 c = 4
+  0.45 -> 0.63-0.72, and wine s1 c = 4 softmax then misses time, 0.65-0.72).
+
 sklearn-rvm (``pip install sklearn-rvm``, the ``bench`` extra) is a benchmark-only
 peer; where it does not import, the benchmark says so and compares with
 re-estimation alone. Its EM reports no Laplace evidence, so only its time, vector

@@ -37,6 +37,7 @@ __all__ = [
     "AcceleratedLaplace",
     "DENSE_START_SIZE",
     "LOOSE_TOL",
+    "PATH_SWAPS",
     "REESTIMATED_ALIGNMENT_FACTOR",
     "STALL_PATIENCE",
     "START_NAMES",
@@ -53,6 +54,7 @@ __all__ = [
     "fast_classifier",
     "fast_path",
     "reestimated_start",
+    "swap_pass",
 ]
 
 
@@ -60,6 +62,18 @@ __all__ = [
 #: approximations that neither raise its highest evidence nor move the α less than
 #: the one before: the model is cycling (`fast_path`).
 STALL_PATIENCE = 20
+
+#: The kept path ends with a swap pass (`swap_pass`): one more Gaussian
+#: approximation whose `FastLoop` takes at most this many swaps (its ``swaps``),
+#: then the path from there; kept only if its Laplace evidence is higher. Measured
+#: on ``benchmarks/bench_rvc.py`` (2026-11-24, shared machine, three runs against
+#: four): rows meeting both targets 38, 38, 38 (before 36, 38, 38, 38); 7 rows gain
+#: (moons s0 c = 0.25 +1.38, wine s0 c = 1 ovr +0.89 nats, ...), none loses; the
+#: Gaussian approximations +8%. The five rows below re-estimation's evidence are
+#: not swap-type maxima (re-estimation keeps other functions) and stay. Without
+#: the path after the swap: nothing gained on them; a swap's Laplace evidence can
+#: fall where the approximation's rises (54 nats, one wine class).
+PATH_SWAPS = 2
 
 #: Where `fast_classifier` can start its paths, and where it does by default (in
 #: this order: a later path can be abandoned against an earlier one's evidence).
@@ -163,9 +177,10 @@ def fast_classifier(
     `START_REESTIMATIONS` iterations of re-estimation (`reestimated_start`),
     whose pruning while the mode moves is what finds re-estimation's better
     maxima. The default runs 'empty' and 'reestimated' (the book's RVC chapter
-    and ``benchmarks/bench_rvc.py`` measure the choice). ``n_iter`` and
-    ``n_loop_iter`` count the α iterations and the sequential algorithm's
-    iterations of every path.
+    and ``benchmarks/bench_rvc.py`` measure the choice). The kept path ends with
+    a swap pass (`swap_pass`), kept only if it raises the Laplace evidence.
+    ``n_iter`` and ``n_loop_iter`` count the α iterations and the sequential
+    algorithm's iterations of every path and the pass.
 
     Φ is used only through its columns, ``approximation`` (`dense_approximation`
     by default) and ``drive`` (`kernelref.rvm.fast.run_to_end`, given each
@@ -181,7 +196,7 @@ def fast_classifier(
     dense = None
     if set(starts) != {"empty"}:
         dense = dense_start(Phi, t, likelihood, columns)
-    fits, n_iter = [], 0
+    fits, alignments, n_iter = [], [], 0
     for start in starts:
         path_alignment = alignment_max
         if start == "reestimated":
@@ -212,9 +227,103 @@ def fast_classifier(
         )
         n_iter += fit.n_iter
         fits.append(fit)
-    best = max(fits, key=lambda fit: fit.log_evidence)
-    return best._replace(
-        n_iter=n_iter, n_loop_iter=sum(fit.n_loop_iter for fit in fits)
+        alignments.append(path_alignment)
+    n_loop_iter = sum(fit.n_loop_iter for fit in fits)
+    b = int(np.argmax([fit.log_evidence for fit in fits]))
+    best = fits[b]
+    if PATH_SWAPS and len(best.keep):
+        swapped = swap_pass(
+            Phi,
+            t,
+            likelihood,
+            best,
+            max_iter=max_iter,
+            tol=tol,
+            alignment_max=alignments[b],
+            approximation=approximation,
+            drive=drive,
+        )
+        n_iter += swapped.n_iter
+        n_loop_iter += swapped.n_loop_iter
+        if swapped.log_evidence > best.log_evidence:
+            best = swapped
+    return best._replace(n_iter=n_iter, n_loop_iter=n_loop_iter)
+
+
+def swap_pass(
+    Phi, t, likelihood, fit, *, max_iter, tol, alignment_max, approximation, drive
+):
+    """The swap pass at the end of the kept path ``fit``: one more Gaussian
+    approximation at its mode, whose `FastLoop` starts converged and screens
+    every swap of a basis function for a column outside the model
+    (``kernelref.rvm.swaps``, label ``rvm-swap-gain``, with β = 1 held), taking
+    at most `PATH_SWAPS` that pay on the approximation; where it took one, the
+    mode there and the path run on from it (`fast_path`) to a fixed point. A
+    `ClassifierFit` with the higher Laplace evidence of the two (the caller
+    keeps it only if above ``fit``'s), or ``fit``'s own evidence where no swap
+    paid; ``n_iter`` and ``n_loop_iter`` count this pass's work."""
+    approximation = dense_approximation if approximation is None else approximation
+    P, active = Phi.shape[1], fit.keep
+    alpha = np.full(P, np.inf)
+    alpha[active] = fit.alpha
+    Phi_unit, scales, t_tilde = approximation(
+        Phi, Phi[:, active] @ fit.mu, t, likelihood, active
+    )
+    loop = FastLoop(
+        Phi_unit,
+        scales > 0,
+        t_tilde,
+        beta=1.0,
+        update_beta=False,
+        alpha=alpha / np.where(scales > 0, scales, 1.0) ** 2,
+        tol=tol,
+        alignment_max=alignment_max,
+        swaps=PATH_SWAPS,
+        at_maximum=True,
+    )
+    step = on_user_scale(drive(loop, "swap-approximation"), scales)
+    if not any(kind == "swap" and k >= 0 for kind, k in step.actions):
+        return fit._replace(n_iter=1, n_loop_iter=step.n_iter)
+    Phi_active = Phi[:, step.active]
+    w = np.zeros(P)
+    w[active] = fit.mu
+    w0 = max(  # as in fast_path: μ of the approximation or the last mode
+        (step.mu, w[step.active]),
+        key=lambda v: log_posterior(Phi_active, t, step.alpha, v, likelihood),
+    )
+    mode = laplace_posterior(Phi_active, t, step.alpha, w0, likelihood)
+    w = np.zeros(P)
+    w[step.active] = mode.mu
+    path = fast_path(
+        Phi,
+        t,
+        likelihood,
+        warm_alpha(step, P),
+        w,
+        max_iter=max_iter,
+        tol=tol,
+        alignment_max=alignment_max,
+        approximation=approximation,
+        drive=drive,
+        name="swapped-",
+    )
+    n_iter, n_loop_iter = path.n_iter + 1, path.n_loop_iter + step.n_iter
+    if path.log_evidence > mode.log_evidence:
+        return path._replace(
+            n_iter=n_iter,
+            n_loop_iter=n_loop_iter,
+            converged=path.converged and fit.converged,
+        )
+    return ClassifierFit(
+        step.active,
+        step.alpha,
+        mode.mu,
+        mode.Sigma,
+        mode.log_evidence,
+        fit.evidence,
+        n_iter,
+        fit.converged,
+        n_loop_iter,
     )
 
 

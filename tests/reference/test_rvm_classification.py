@@ -324,15 +324,32 @@ def test_one_vs_rest_chooses_the_dense_columns_once_with_the_same_fits():
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_fast_classifier_keeps_the_best_of_its_paths(seed):
+def test_fast_classifier_keeps_the_best_of_its_paths(seed, monkeypatch):
+    import kernelref.rvm.rvc_fast as rvc_fast
+
     X, y = ripley_like(seed, 150)
     t = y.astype(float)
     Phi = design_matrix(RBF(0.5), X, X, bias=True)
+    # The swap pass at the end, on the kept path alone: see below.
+    swapped = {
+        start: fast_classifier(Phi, t, starts=(start,))
+        for start in ("empty", "reestimated")
+    }
+    with_pass = fast_classifier(Phi, t)
+    monkeypatch.setattr(rvc_fast, "PATH_SWAPS", 0)
     paths = {
         start: fast_classifier(Phi, t, starts=(start,))
         for start in ("empty", "dense", "reestimated")
     }
     default = fast_classifier(Phi, t)
+    # The pass runs from the kept path's fit, as on a path run alone, and is kept
+    # only if its evidence is higher.
+    kept = max(("empty", "reestimated"), key=lambda k: paths[k].log_evidence)
+    assert with_pass.log_evidence == max(
+        default.log_evidence, swapped[kept].log_evidence
+    )
+    extra = swapped[kept].n_iter - paths[kept].n_iter
+    assert extra >= 1 and with_pass.n_iter == default.n_iter + extra
     assert default.log_evidence == max(
         paths["empty"].log_evidence, paths["reestimated"].log_evidence
     )
@@ -417,6 +434,7 @@ def test_the_paths_run_in_order_with_their_alignment_tests_and_rivals(monkeypatc
         return fit
 
     monkeypatch.setattr(rvc_fast, "fast_path", recorded)
+    monkeypatch.setattr(rvc_fast, "PATH_SWAPS", 0)  # its path after a swap aside
     X, y = ripley_like(1, 150)
     Phi = design_matrix(RBF(RIPLEY_GAMMA), X, X, bias=True)
     best = fast_classifier(Phi, y.astype(float), alignment_max=0.99)
