@@ -262,7 +262,10 @@ exact swap screen (``kernelref.rvm.swaps``, 18989cf) at the end of the kept path
   1 ovr +0.24, moons s1 c = 1 +0.22, moons s0 c = 1 +0.12, moons s0 c = 4 +0.06 nats;
   the five misses are unchanged. Approximations 2660 -> 2879 (+8%), loop iterations
   +5%, the default's time over the rows over re-estimation's 0.159-0.166 ->
-  0.171-0.174; moons s0 c = 1 0.38-0.41 -> 0.37-0.47. The Dask RVC runs the same pass
+  0.171-0.174; moons s0 c = 1 0.38-0.41 -> 0.37-0.47. Two more runs of the commit
+  (92b8537, load 0.4-1): 38 and 38, the same evidence and approximations on every
+  row; nearest the time line iris s1 c = 0.25 ovr 0.48-0.49, moons s0 c = 1
+  0.46-0.47, wine s1 c = 4 softmax 0.45-0.47. The Dask RVC runs the same pass
   (``bench_dask_rvc --n 1000 --widths 0.25 1 4``: the reference's relevance vectors
   and evidence to 2.3e-9 with and without it): one streamed pass where no swap pays
   (four of six problems, same evidence), and where swaps pay the swap approximation's
