@@ -47,12 +47,14 @@ __all__ = [
     "TOL_FRACTION",
     "WIDE_START_SIZE",
     "abandon_margin",
+    "approximation_step",
     "dense_approximation",
     "dense_columns",
     "dense_start",
     "extrapolated",
     "fast_classifier",
     "fast_path",
+    "next_mode",
     "reestimated_start",
     "swap_pass",
 ]
@@ -266,32 +268,26 @@ def swap_pass(
     P, active = Phi.shape[1], fit.keep
     alpha = np.full(P, np.inf)
     alpha[active] = fit.alpha
-    Phi_unit, scales, t_tilde = approximation(
-        Phi, Phi[:, active] @ fit.mu, t, likelihood, active
-    )
-    loop = FastLoop(
-        Phi_unit,
-        scales > 0,
-        t_tilde,
-        beta=1.0,
-        update_beta=False,
-        alpha=alpha / np.where(scales > 0, scales, 1.0) ** 2,
+    w = np.zeros(P)
+    w[active] = fit.mu
+    step = approximation_step(
+        Phi,
+        t,
+        likelihood,
+        active,
+        w,
+        alpha,
+        approximation=approximation,
+        drive=drive,
+        name="swap-approximation",
         tol=tol,
         alignment_max=alignment_max,
         swaps=PATH_SWAPS,
         at_maximum=True,
     )
-    step = on_user_scale(drive(loop, "swap-approximation"), scales)
     if not any(kind == "swap" and k >= 0 for kind, k in step.actions):
         return fit._replace(n_iter=1, n_loop_iter=step.n_iter)
-    Phi_active = Phi[:, step.active]
-    w = np.zeros(P)
-    w[active] = fit.mu
-    w0 = max(  # as in fast_path: μ of the approximation or the last mode
-        (step.mu, w[step.active]),
-        key=lambda v: log_posterior(Phi_active, t, step.alpha, v, likelihood),
-    )
-    mode = laplace_posterior(Phi_active, t, step.alpha, w0, likelihood)
+    mode = next_mode(Phi[:, step.active], t, likelihood, step, w)
     w = np.zeros(P)
     w[step.active] = mode.mu
     path = fast_path(
@@ -408,6 +404,44 @@ def abandon_margin(N):
     return ABANDON_MARGIN * max(1.0, np.sqrt(N / ABANDON_MARGIN_N))
 
 
+def approximation_step(
+    Phi, t, likelihood, active, w, alpha, *, approximation, drive, name, **settings
+):
+    """The sequential algorithm on the Gaussian approximation at the weights w of
+    the basis functions ``active`` (label ``rvc-linearised-target``), with β = 1
+    held, warm-started from ``alpha`` (None: from one basis function): the
+    `FastLoop` given to ``drive`` under ``name``, its result on Φ's scale.
+    ``settings`` go to the `FastLoop`."""
+    a = Phi[:, active] @ w[active]
+    Phi_unit, scales, t_tilde = approximation(Phi, a, t, likelihood, active)
+    unit_alpha = None
+    if alpha is not None:  # a unit column φ/c carries the weight c·w: α/c²
+        unit_alpha = alpha / np.where(scales > 0, scales, 1.0) ** 2
+    loop = FastLoop(
+        Phi_unit,
+        scales > 0,
+        t_tilde,
+        beta=1.0,
+        update_beta=False,
+        alpha=unit_alpha,
+        **settings,
+    )
+    return on_user_scale(drive(loop, name), scales)
+
+
+def next_mode(Phi_active, t, likelihood, step, w):
+    """The mode (label ``rvc-irls``) at the α of the approximation's result
+    ``step``, by Newton from its weights μ (one IRLS step ahead of the last mode)
+    or, where they fit worse, from the last mode's weights w: μ of an
+    approximation far from the new mode can be wild (huge weights at α found to
+    a loose tolerance)."""
+    w0 = max(
+        (step.mu, w[step.active]),
+        key=lambda v: log_posterior(Phi_active, t, step.alpha, v, likelihood),
+    )
+    return laplace_posterior(Phi_active, t, step.alpha, w0, likelihood)
+
+
 def fast_path(
     Phi,
     t,
@@ -460,35 +494,23 @@ def fast_path(
     best, since_best, n_loop_iter = None, 0, 0
     loop_tol, last_change, last_step = max(tol, LOOSE_TOL), np.inf, None
     for n_iter in range(1, max_iter + 1):
-        a = Phi[:, active] @ w[active]
-        Phi_unit, scales, t_tilde = approximation(Phi, a, t, likelihood, active)
-        unit_alpha = None
-        if alpha is not None:  # a unit column φ/c carries the weight c·w: α/c²
-            unit_alpha = alpha / np.where(scales > 0, scales, 1.0) ** 2
-        loop = FastLoop(
-            Phi_unit,
-            scales > 0,
-            t_tilde,
-            beta=1.0,
-            update_beta=False,
-            alpha=unit_alpha,
+        step = approximation_step(
+            Phi,
+            t,
+            likelihood,
+            active,
+            w,
+            alpha,
+            approximation=approximation,
+            drive=drive,
+            name=f"{name}approximation-{n_iter}",
             tol=loop_tol,
             alignment_max=alignment_max,
         )
-        step = on_user_scale(drive(loop, f"{name}approximation-{n_iter}"), scales)
         n_loop_iter += step.n_iter
         active = step.active
-        # Newton starts from the approximation's weights μ (one IRLS step ahead
-        # of the last mode) or, where they fit worse, the last mode: μ of an
-        # approximation far from the new mode can be wild (huge weights at α
-        # found to a loose tolerance).
         Phi_active = Phi[:, active]
-        starts = (step.mu, w[active])
-        w0 = max(
-            starts,
-            key=lambda v: log_posterior(Phi_active, t, step.alpha, v, likelihood),
-        )
-        mode = laplace_posterior(Phi_active, t, step.alpha, w0, likelihood)
+        mode = next_mode(Phi_active, t, likelihood, step, w)
         evidence.append(mode.log_evidence)
         new_alpha = warm_alpha(step, P)
         w = np.zeros(P)
