@@ -477,12 +477,19 @@ def _reopen(est):
     from backends.dask.cluster import get_client
 
     store = FitStore.open(est.store_)
+    client = get_client(est.address)
+    _attach(est, client, store, est.X_train_, est.y_train_, est._noise, False, True)
+
+
+def _attach(est, client, store, X, t, noise, progress, resume):
+    """The estimator's evidence on the fit store (its settings) and the record
+    of the evaluations made."""
     est._matrix_free = MatrixFreeEvidence(
-        get_client(est.address),
+        client,
         store,
-        est.X_train_,
-        est.y_train_,
-        est._noise,
+        X,
+        t,
+        noise,
         n_probes=est.n_probes,
         lanczos_steps=est.lanczos_steps,
         tol=est.tol,
@@ -490,10 +497,10 @@ def _reopen(est):
         max_iter=est.max_iter,
         random_state=est.probe_seed,
         trace_estimator=est.trace_estimator,
-        progress=False,
-        resume=True,
+        progress=progress,
+        resume=resume,
     )
-    est._record = EvaluationRecord(store, True)
+    est._record = EvaluationRecord(store, resume)
 
 
 def _evidence(est, kernel, eval_gradient):
@@ -605,23 +612,7 @@ def fit_matrix_free(est, X, y):
         chunk_size=est.chunk_size,
         client=client,
     )
-    est._matrix_free = MatrixFreeEvidence(
-        client,
-        store,
-        X,
-        t,
-        noise,
-        n_probes=est.n_probes,
-        lanczos_steps=est.lanczos_steps,
-        tol=est.tol,
-        rank=est.rank,
-        max_iter=est.max_iter,
-        random_state=est.probe_seed,
-        trace_estimator=est.trace_estimator,
-        progress=est.progress,
-        resume=est.resume,
-    )
-    est._record = EvaluationRecord(store, est.resume)
+    _attach(est, client, store, X, t, noise, est.progress, est.resume)
     est.n_evaluations_ = 0
     if est.optimizer is not None and kernel.theta.size:
         kernel = kernel.clone_with_theta(est._maximise_evidence(kernel, X, t, noise))
