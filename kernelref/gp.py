@@ -44,6 +44,7 @@ from kernelref.exceptions import ConvergenceWarning, NonFiniteError
 # sklearn.gaussian_process.
 from kernelref.gp_classify import GaussianProcessClassifier
 from kernelref.kernels import RBF, Kernel, accepts_sparse
+from kernelref.kernels.base import restart_bounds
 
 __all__ = [
     "ConvergenceWarning",
@@ -234,12 +235,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             )
         check_integer(self.n_restarts, "n_restarts", low=0)
         if self.optimizer is not None and kernel.theta.size:
-            bounds = kernel.bounds  # raises for bounds that are not 0 < low <= high
-            if self.n_restarts > 0 and not np.isfinite(bounds).all():
-                raise ValueError(
-                    "n_restarts > 0 draws starts inside the kernel's bounds, which "
-                    f"must then be finite; got log-bounds {bounds.tolist()}."
-                )
+            restart_bounds(kernel, self.n_restarts)
         return kernel, noise
 
     def __sklearn_tags__(self):

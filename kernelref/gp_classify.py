@@ -33,6 +33,7 @@ from kernelref._validation import (
 )
 from kernelref.base import BaseEstimator, ClassifierMixin, restores_on_error
 from kernelref.kernels import RBF, Kernel, accepts_sparse
+from kernelref.kernels.base import restart_bounds
 from kernelref.laplace import (
     TOL,
     damped_newton,
@@ -346,12 +347,7 @@ class GaussianProcessClassifier(ClassifierMixin, BaseEstimator):
                 f"multi_class must be 'one_vs_rest'; got {self.multi_class!r}."
             )
         if self.optimizer is not None and len(kernel.theta):
-            bounds = kernel.bounds  # raises, naming the bound, if one is not positive
-            if self.n_restarts > 0 and not np.isfinite(bounds).all():
-                raise ValueError(
-                    "n_restarts > 0 draws starts inside the kernel's bounds, which "
-                    f"must then be finite; got log-bounds {bounds.tolist()}."
-                )
+            bounds = restart_bounds(kernel, self.n_restarts)
             theta = kernel.theta
             outside = (theta < bounds[:, 0] - 1e-12) | (theta > bounds[:, 1] + 1e-12)
             if outside.any():

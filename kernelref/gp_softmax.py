@@ -42,6 +42,7 @@ from kernelref._validation import (
 )
 from kernelref.base import BaseEstimator, ClassifierMixin
 from kernelref.kernels import RBF, Kernel, accepts_sparse
+from kernelref.kernels.base import restart_bounds
 from kernelref.laplace import TOL, damped_newton
 
 __all__ = [
@@ -313,12 +314,7 @@ class SoftmaxGaussianProcessClassifier(ClassifierMixin, BaseEstimator):
             )
         check_integer(self.n_restarts, "n_restarts", low=0)
         if self.optimizer is not None and kernel.theta.size:
-            bounds = kernel.bounds  # raises, naming the bounds, if malformed
-            if self.n_restarts > 0 and not np.isfinite(bounds).all():
-                raise ValueError(
-                    "n_restarts > 0 draws starts inside the kernel's bounds, which "
-                    f"must then be finite; got log-bounds {bounds.tolist()}."
-                )
+            restart_bounds(kernel, self.n_restarts)
         check_integer(self.max_iter_predict, "max_iter_predict")
         check_integer(self.n_samples, "n_samples")
         if not (

@@ -108,6 +108,19 @@ def check_bounds(kernel, name, value):
     return value
 
 
+def restart_bounds(kernel, n_restarts):
+    """``kernel.bounds`` (log-bounds, shape (len(theta), 2)) for an optimiser that
+    draws `n_restarts` starts uniformly inside them: refused unless finite when
+    ``n_restarts > 0`` (an infinite bound has no uniform draw)."""
+    bounds = kernel.bounds  # raises, naming the bounds, if malformed
+    if n_restarts > 0 and not np.isfinite(bounds).all():
+        raise ValueError(
+            "n_restarts > 0 draws starts inside the kernel's bounds, which "
+            f"must then be finite; got log-bounds {bounds.tolist()}."
+        )
+    return bounds
+
+
 def _plain(value):
     if isinstance(value, np.ndarray):
         return value.tolist()
