@@ -111,15 +111,7 @@ def test_weighted_kernel_ridge_on_a_cluster(run, tmp_path):
     w = np.arange(len(X)) % 4  # 0 to 3: zero weights drop rows
     write_weighted_csv(tmp_path / "train.csv", X, t, w)
     with cluster(protocol="tcp") as local:
-        done = run(
-            "fit",
-            "KernelRidge",
-            "--data",
-            "train.csv",
-            "--target",
-            "target",
-            "--weight",
-            "weight",
+        on_cluster = (
             "--backend",
             "dask",
             "--scheduler",
@@ -130,6 +122,17 @@ def test_weighted_kernel_ridge_on_a_cluster(run, tmp_path):
             "gamma=0.5",
             "--param",
             "chunk_size=16",
+        )
+        done = run(
+            "fit",
+            "KernelRidge",
+            "--data",
+            "train.csv",
+            "--target",
+            "target",
+            "--weight",
+            "weight",
+            *on_cluster,
             "--out",
             "ridge.krm",
         )
@@ -151,16 +154,7 @@ def test_weighted_kernel_ridge_on_a_cluster(run, tmp_path):
             "-1",
             "--weight",
             "1",
-            "--backend",
-            "dask",
-            "--scheduler",
-            local.scheduler_address,
-            "--param",
-            "lam=0.1",
-            "--param",
-            "gamma=0.5",
-            "--param",
-            "chunk_size=16",
+            *on_cluster,
             "--verbose",
             "--out",
             "zarr.krm",
