@@ -88,6 +88,7 @@ class StreamedDesign:
             "gram_rows": 0,
         }
         self._seen, self._rows, self._expected = {}, {}, np.empty(0, dtype=int)
+        self._kept = None  # the coordinates `reweighted` formed, for `coordinates`
         self._hits = self._extra = 0
         self._set_scales(self._squared_norms() if unit else None)
 
@@ -105,20 +106,17 @@ class StreamedDesign:
             self.scales > 0, 1 / np.maximum(self.scales, 1e-300), 0
         )
 
-    def reweighted(self, weights, t=None, active=None):
+    def reweighted(self, weights, t, active=None):
         """diag(b)Φ on unit columns, for the row weights b (the classifier's
-        B^½, label ``rvc-linearised-target``): one pass for the norms, which with
-        ``t`` also forms Φ̃ᵀt (`norms_and_product_chunk`), kept as ``t @ design``
-        would give it: the sequential algorithm asks for it first. With the
-        columns ``active`` of the model it warm-starts from, the same pass forms
-        that model's coordinates (`coordinates`)."""
+        B^½, label ``rvc-linearised-target``): one pass for the norms, which also
+        forms Φ̃ᵀt (`norms_and_product_chunk`), kept as ``t @ design`` would give
+        it: the sequential algorithm asks for it first. With the columns
+        ``active`` of the model it warm-starts from, the same pass forms that
+        model's coordinates (`coordinates`)."""
         other = copy.copy(self)
         other.weights = np.asarray(weights, dtype=float)
         other._seen, other._rows, other._kept = {}, {}, None
         other._hits = other._extra = 0
-        if t is None:
-            other._set_scales(other._squared_norms())
-            return other
         t = np.asarray(t, dtype=float)
         U = other._basis(active)
         W = np.vstack([t, U.T]) * other.weights
@@ -147,7 +145,7 @@ class StreamedDesign:
         """(U, Ψ) of the model with the columns ``active`` if `reweighted`
         formed them for exactly those columns, else None
         (``kernelref.rvm.coordinates.orthonormal_coordinates``)."""
-        kept = getattr(self, "_kept", None)
+        kept = self._kept
         if kept is None or not np.array_equal(kept[0], np.sort(active)):
             return None
         return kept[1].copy(), kept[2].copy()
