@@ -53,6 +53,13 @@ def unit_problem(seed=0, n=80, gamma=0.1):
     return Phi, scales > 0, t
 
 
+def fresh_model(Phi, usable, t, alpha, beta):
+    """The loop's model with the columns of finite ``alpha``, factorised afresh."""
+    active = np.flatnonzero(np.isfinite(alpha))
+    model = initial_model(Phi, active, alpha, beta)
+    return refresh(model, Phi, usable, t, Phi.T @ t, ALIGNMENT_MAX)
+
+
 def explicit_SQ(Phi, t, active, alpha, beta):
     """S_i, Q_i with C = β⁻¹I + Φ_MA⁻¹Φ_Mᵀ formed and solved: the oracle."""
     C = np.eye(len(t)) / beta + (Phi[:, active] / alpha) @ Phi[:, active].T
@@ -118,14 +125,7 @@ def test_drift_stays_below_its_bound_on_a_long_run():
     beta = 1.0 / (0.1 * np.std(t)) ** 2
     alpha = np.full(Phi.shape[1], np.inf)
     alpha[int(np.argmax(np.abs(PhiT_t)))] = 1.0
-    model = refresh(
-        initial_model(Phi, np.flatnonzero(np.isfinite(alpha)), alpha, beta),
-        Phi,
-        usable,
-        t,
-        PhiT_t,
-        ALIGNMENT_MAX,
-    )
+    model = fresh_model(Phi, usable, t, alpha, beta)
     worst, n_steps = 0.0, 0
     for _ in range(800):
         j, new_alpha, gain, _ = choose_action(model, usable, 1e-6, ALIGNMENT_MAX)
@@ -191,14 +191,7 @@ def test_noise_update_from_the_loop_equals_the_posterior_formula():
     Phi, usable, t = unit_problem(seed=4, n=90, gamma=0.1)
     alpha = np.full(Phi.shape[1], np.inf)
     alpha[[0, 11, 35, 60]] = [0.5, 2.0, 1.0, 4.0]
-    model = refresh(
-        initial_model(Phi, np.flatnonzero(np.isfinite(alpha)), alpha, 3.0),
-        Phi,
-        usable,
-        t,
-        Phi.T @ t,
-        ALIGNMENT_MAX,
-    )
+    model = fresh_model(Phi, usable, t, alpha, 3.0)
     model = add_basis_function(model, Phi, t, usable, 70, 1.5, ALIGNMENT_MAX)
     model = reestimate_basis_function(model, 11, 0.3)
     model = delete_basis_function(model, 35, ALIGNMENT_MAX)  # U keeps its direction
@@ -219,14 +212,7 @@ def test_span_test_is_against_the_model_span_after_a_deletion():
     Phi, usable, t = unit_problem(seed=5, n=70, gamma=0.3)
     alpha = np.full(Phi.shape[1], np.inf)
     alpha[[3, 20, 41, 55]] = 1.0
-    model = refresh(
-        initial_model(Phi, np.flatnonzero(np.isfinite(alpha)), alpha, 10.0),
-        Phi,
-        usable,
-        t,
-        Phi.T @ t,
-        ALIGNMENT_MAX,
-    )
+    model = fresh_model(Phi, usable, t, alpha, 10.0)
     model = delete_basis_function(model, 20, ALIGNMENT_MAX)
     assert model.U.shape[1] == 4 and len(model.active) == 3
     index = np.arange(Phi.shape[1])
@@ -248,14 +234,7 @@ def test_span_test_skipped_only_for_columns_whose_refusal_cannot_matter():
     Phi, usable, t = unit_problem(seed=2, n=30, gamma=0.05)
     alpha = np.full(Phi.shape[1], np.inf)
     alpha[1:] = 1.0  # every kernel column: U spans all 30 dimensions
-    model = refresh(
-        initial_model(Phi, np.flatnonzero(np.isfinite(alpha)), alpha, 10.0),
-        Phi,
-        usable,
-        t,
-        Phi.T @ t,
-        ALIGNMENT_MAX,
-    )
+    model = fresh_model(Phi, usable, t, alpha, 10.0)
     model = delete_basis_function(model, 7, ALIGNMENT_MAX)
     full = refused_additions(model, usable, ALIGNMENT_MAX)
     assert model.U.shape[1] > len(model.active) and full[0] != (
