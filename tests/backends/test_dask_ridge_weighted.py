@@ -8,6 +8,9 @@ import pytest
 
 pytest.importorskip("distributed")
 
+# tests/backends is on sys.path (rootdir-less test dir)
+from test_dask_ridge import regression_data  # noqa: E402
+
 from backends.dask import cg  # noqa: E402
 from backends.dask.ridge import KernelRidge  # noqa: E402
 from kernelref.kernels import RBF  # noqa: E402
@@ -32,15 +35,6 @@ SOLVERS = {
 @pytest.fixture
 def address(client):
     return client.scheduler.address
-
-
-def regression_data(n, seed=0, n_targets=None):
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, 3))
-    y = np.sin(X).sum(axis=1) + 0.1 * rng.normal(size=n)
-    if n_targets is not None:
-        y = np.column_stack([y * (k + 1) for k in range(n_targets)])
-    return X, y
 
 
 def integer_weights(n, seed=1):
