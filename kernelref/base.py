@@ -151,6 +151,18 @@ def takes_sparse(estimator):
     return kernel is not None and accepts_sparse(kernel)
 
 
+def check_wrapped_samples(wrapper, X):
+    """X as the estimator `wrapper` wraps (``wrapper.estimator``) takes it: checked
+    against its kernel, ``scipy.sparse`` X kept sparse (CSR) when it takes sparse
+    input (`takes_sparse`: an SVM whose kernel is computed from sparse products, a
+    one-vs-rest of such SVMs, …)."""
+    from kernelref._validation import check_samples
+
+    estimator = wrapper.estimator
+    kernel = getattr(estimator, "kernel", None)
+    return check_samples(X, kernel, "X", accept_sparse=takes_sparse(estimator))
+
+
 class RegressorMixin:
     """``score`` is the coefficient of determination R², as in scikit-learn."""
 

@@ -16,12 +16,12 @@ from kernelref._validation import (
     check_classification_targets,
     check_is_fitted,
     check_n_features,
-    check_samples,
     record_n_features,
 )
 from kernelref.base import (
     BaseEstimator,
     ClassifierMixin,
+    check_wrapped_samples,
     restores_on_error,
     takes_sparse,
 )
@@ -128,8 +128,7 @@ class OneVsRestClassifier(ClassifierMixin, BaseEstimator):
 
     @restores_on_error
     def fit(self, X, y):
-        kernel = getattr(self.estimator, "kernel", None)
-        X = check_samples(X, kernel, "X", accept_sparse=self._takes_sparse())
+        X = check_wrapped_samples(self, X)
         self.classes_, y_index = check_classification_targets(y, X.shape[0], "y")
         record_n_features(self, X)
         # Two classes need one machine, classes_[1] against classes_[0], as in
@@ -144,8 +143,7 @@ class OneVsRestClassifier(ClassifierMixin, BaseEstimator):
     def _decisions(self, X):
         """One column per class: for two classes (−f, f) from the single machine."""
         check_is_fitted(self, "estimators_")
-        kernel = getattr(self.estimator, "kernel", None)
-        X = check_samples(X, kernel, "X", accept_sparse=self._takes_sparse())
+        X = check_wrapped_samples(self, X)
         if X.ndim == 2 and hasattr(self, "n_features_in_"):
             check_n_features(X, self.n_features_in_)
         D = np.column_stack(

@@ -31,12 +31,12 @@ from kernelref._validation import (
     check_integer,
     check_is_fitted,
     check_n_features,
-    check_samples,
     record_n_features,
 )
 from kernelref.base import (
     BaseEstimator,
     ClassifierMixin,
+    check_wrapped_samples,
     restores_on_error,
     takes_sparse,
 )
@@ -259,7 +259,7 @@ class PlattCalibrated(ClassifierMixin, BaseEstimator):
                 f"random_state must be None or an integer seed; got "
                 f"{self.random_state!r}."
             )
-        X = self._check_X(X)
+        X = check_wrapped_samples(self, X)
         classes, y_index = check_classification_targets(y, X.shape[0], "y")
         counts = np.bincount(y_index)
         if counts.min() < self.cv:
@@ -272,13 +272,6 @@ class PlattCalibrated(ClassifierMixin, BaseEstimator):
 
     def _takes_sparse(self):
         return takes_sparse(self.estimator)
-
-    def _check_X(self, X):
-        """X as the wrapped estimator takes it: ``scipy.sparse`` X stays sparse
-        (CSR) when the estimator takes it (an SVM whose kernel is computed from
-        sparse products, a one-vs-rest of such SVMs, …)."""
-        kernel = getattr(self.estimator, "kernel", None)
-        return check_samples(X, kernel, "X", accept_sparse=self._takes_sparse())
 
     @restores_on_error
     def fit(self, X, y):
@@ -314,7 +307,7 @@ class PlattCalibrated(ClassifierMixin, BaseEstimator):
 
     def _pair_decisions(self, X):
         check_is_fitted(self, "sigmoids_")
-        X = self._check_X(X)
+        X = check_wrapped_samples(self, X)
         if X.ndim == 2:
             check_n_features(X, self.n_features_in_)
         f = np.column_stack(
