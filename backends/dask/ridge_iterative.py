@@ -57,13 +57,12 @@ def _fit_store(est, X, t, kernel, lam, client, solver, extra, s=None):
             client=client,
         )
 
-    if est.store is not None:
-        return prepare()
-    try:
-        return prepare()
-    except ValueError:  # the last fit's store, for other data: this fit's now
-        shutil.rmtree(path, ignore_errors=True)
-        return prepare()
+    if est.store is None:
+        try:
+            return prepare()
+        except ValueError:  # the last fit's store, for other data: this fit's now
+            shutil.rmtree(path, ignore_errors=True)
+    return prepare()
 
 
 def _store_path(est, solver):
