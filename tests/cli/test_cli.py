@@ -63,17 +63,23 @@ CASES = {
 }
 
 
-def write_csv(path, X, target=None, header=True):
+def write_csv(path, X, target=None, weights=None, header=True):
+    """Columns x0[, weight], x1, x2, …[, target]: the weights, if given, sit
+    between features."""
+    columns = [X[:, :1]] + ([weights[:, None]] if weights is not None else [])
+    columns.append(X[:, 1:])
     with open(path, "w") as f:
         if header:
             f.write(
                 ",".join(
-                    [f"x{j}" for j in range(X.shape[1])]
+                    ["x0"]
+                    + (["weight"] if weights is not None else [])
+                    + [f"x{j}" for j in range(1, X.shape[1])]
                     + (["target"] if target is not None else [])
                 )
                 + "\n"
             )
-        for n, row in enumerate(X):
+        for n, row in enumerate(np.hstack(columns)):
             cells = [repr(float(v)) for v in row]
             if target is not None:
                 cells.append(str(target[n]))

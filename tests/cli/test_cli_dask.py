@@ -106,10 +106,8 @@ def test_weighted_kernel_ridge_on_a_cluster(run, tmp_path):
     """--weight with --backend dask, from a CSV file and from a Zarr matrix read
     lazily: the Dask KernelRidge's weighted fit (the stored-Gram Cholesky path)
     equals the reference's fit(X, t, sample_weight=w)."""
-    from test_cli_weights import write_weighted_csv
-
     w = np.arange(len(X)) % 4  # 0 to 3: zero weights drop rows
-    write_weighted_csv(tmp_path / "train.csv", X, t, w)
+    write_csv(tmp_path / "train.csv", X, t, w)
     with cluster(protocol="tcp") as local:
         on_cluster = (
             "--backend",

@@ -6,7 +6,9 @@ import json
 
 import numpy as np
 import pytest
-from test_cli import write_libsvm  # tests/cli is on sys.path (rootdir-less test dir)
+
+# tests/cli is on sys.path (rootdir-less test dir)
+from test_cli import write_csv, write_libsvm
 
 import kernelref
 from kernelref import io
@@ -28,28 +30,6 @@ CASES = {
     "SVC": ({"C": 10, "gamma": 0.5, "tol": 1e-10}, names),
     "OneClassSVM": ({"nu": 0.3, "gamma": 0.5}, None),
 }
-
-
-def write_weighted_csv(path, X, target=None, weights=None, header=True):
-    """Columns x0, weight, x1, x2[, target]: the weights sit between features."""
-    columns = [X[:, :1]] + ([weights[:, None]] if weights is not None else [])
-    columns.append(X[:, 1:])
-    with open(path, "w") as f:
-        if header:
-            f.write(
-                ",".join(
-                    ["x0"]
-                    + (["weight"] if weights is not None else [])
-                    + [f"x{j}" for j in range(1, X.shape[1])]
-                    + (["target"] if target is not None else [])
-                )
-                + "\n"
-            )
-        for n, row in enumerate(np.hstack(columns)):
-            cells = [repr(float(v)) for v in row]
-            if target is not None:
-                cells.append(str(target[n]))
-            f.write(",".join(cells) + "\n")
 
 
 def fit_command(name, data_file, out, weight="weight"):
@@ -94,7 +74,7 @@ def test_weighted_fits_equal_the_python_api(run, tmp_path):
     column's name in the provenance), and the weights matter."""
     np.save(tmp_path / "test.npy", X_test)
     for name, (params, target) in CASES.items():
-        write_weighted_csv(tmp_path / f"{name}.csv", X, target, w)
+        write_csv(tmp_path / f"{name}.csv", X, target, w)
         done = run(*fit_command(name, f"{name}.csv", f"{name}.krm"))
         assert done.returncode == 0, (name, done.stderr)
         loaded = kernelref.load(tmp_path / f"{name}.krm")
@@ -132,8 +112,8 @@ def test_integer_weights_equal_repeated_rows(run, tmp_path):
     """Weight n is the row given n times (0: dropped), through the command line."""
     for name in ("KernelRidge", "SVC"):
         _, target = CASES[name]
-        write_weighted_csv(tmp_path / "weighted.csv", X, target, w)
-        write_weighted_csv(tmp_path / "repeated.csv", X[repeated], target[repeated])
+        write_csv(tmp_path / "weighted.csv", X, target, w)
+        write_csv(tmp_path / "repeated.csv", X[repeated], target[repeated])
         assert run(*fit_command(name, "weighted.csv", "w.krm")).returncode == 0
         done = run(*fit_command(name, "repeated.csv", "r.krm", weight=None))
         assert done.returncode == 0, done.stderr
@@ -145,7 +125,7 @@ def test_integer_weights_equal_repeated_rows(run, tmp_path):
 
 
 def test_evaluate_certifies_a_weighted_svm_for_its_weights(cli, tmp_path):
-    write_weighted_csv(tmp_path / "train.csv", X, names, w)
+    write_csv(tmp_path / "train.csv", X, names, w)
     assert cli(*fit_command("SVC", "train.csv", "svc.krm"))[0] == 0
     status, out, err = cli(
         "evaluate",
@@ -174,17 +154,17 @@ def test_evaluate_weights_the_scores(cli, tmp_path):
     """evaluate --weight: the weighted scores equal scikit-learn's with
     sample_weight, and the unweighted scores of the rows repeated."""
     metrics = pytest.importorskip("sklearn.metrics")
-    write_weighted_csv(tmp_path / "train.csv", X, t, w)
-    write_weighted_csv(tmp_path / "labels.csv", X, names, w)
+    write_csv(tmp_path / "train.csv", X, t, w)
+    write_csv(tmp_path / "labels.csv", X, names, w)
     assert cli(*fit_command("KernelRidge", "train.csv", "ridge.krm"))[0] == 0
     assert cli(*fit_command("SVC", "labels.csv", "svc.krm"))[0] == 0
     test_t, test_names = np.sin(X_test[:, 0]), names[:15]
     s = np.arange(15) % 3  # zero weights: rows left out
-    write_weighted_csv(tmp_path / "test.csv", X_test, test_t, s)
-    write_weighted_csv(tmp_path / "test_labels.csv", X_test, test_names, s)
+    write_csv(tmp_path / "test.csv", X_test, test_t, s)
+    write_csv(tmp_path / "test_labels.csv", X_test, test_names, s)
     rows = np.repeat(np.arange(15), s)
-    write_weighted_csv(tmp_path / "rows.csv", X_test[rows], test_t[rows])
-    write_weighted_csv(tmp_path / "rows_labels.csv", X_test[rows], test_names[rows])
+    write_csv(tmp_path / "rows.csv", X_test[rows], test_t[rows])
+    write_csv(tmp_path / "rows_labels.csv", X_test[rows], test_names[rows])
 
     def evaluate(model, data_file, weight="weight"):
         weighted = ("--weight", weight) if weight else ()
@@ -227,7 +207,7 @@ def test_evaluate_weights_the_scores(cli, tmp_path):
     )
     assert report["weighted_accuracy"] != report["accuracy"]
 
-    write_weighted_csv(tmp_path / "negative.csv", X_test, test_t, s - 2 * (s == 1))
+    write_csv(tmp_path / "negative.csv", X_test, test_t, s - 2 * (s == 1))
     status, _, err = cli(
         "evaluate",
         "ridge.krm",
@@ -243,7 +223,7 @@ def test_evaluate_weights_the_scores(cli, tmp_path):
 
 
 def test_weight_refusals(run, cli, tmp_path):
-    write_weighted_csv(tmp_path / "train.csv", X, t, w)
+    write_csv(tmp_path / "train.csv", X, t, w)
     write_libsvm(tmp_path / "train.svm", X, t)
     np.savez(tmp_path / "arrays.npz", X=X, y=t, w=w)
     for bad, text in (("-1", "neg"), ("nan", "nan"), ("heavy", "word")):
@@ -333,8 +313,8 @@ def test_weight_refusals(run, cli, tmp_path):
 
 
 def test_every_format_with_columns_reads_the_same_weights(tmp_path):
-    write_weighted_csv(tmp_path / "named.csv", X, t, w)
-    write_weighted_csv(tmp_path / "bare.csv", X, t, w, header=False)
+    write_csv(tmp_path / "named.csv", X, t, w)
+    write_csv(tmp_path / "bare.csv", X, t, w, header=False)
     A = np.column_stack([X[:, 0], w, X[:, 1:], t])
     np.save(tmp_path / "matrix.npy", A)
     np.savez(tmp_path / "arrays.npz", X=X, y=t, mass=w)
