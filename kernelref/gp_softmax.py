@@ -251,6 +251,14 @@ def monte_carlo_log_probabilities(mean, cov, n_samples, rng):
     return logsumexp(log_pi, axis=0) - np.log(n_samples)
 
 
+def _check_method(method):
+    """The predictive probabilities' ``method``: 'monte_carlo' or 'moderated'."""
+    if method not in ("monte_carlo", "moderated"):
+        raise ValueError(
+            f"method must be 'monte_carlo' or 'moderated'; got {method!r}."
+        )
+
+
 class SoftmaxGaussianProcessClassifier(ClassifierMixin, BaseEstimator):
     """Multiclass Gaussian-process classification with the softmax likelihood
     and the Laplace approximation (GPML Algorithms 3.3, 3.4), one latent
@@ -408,10 +416,7 @@ class SoftmaxGaussianProcessClassifier(ClassifierMixin, BaseEstimator):
         latents (Algorithm 3.4); ``"moderated"`` is the deterministic
         approximation ``kernelref.rvm.softmax.moderated_softmax``.
         """
-        if method not in ("monte_carlo", "moderated"):
-            raise ValueError(
-                f"method must be 'monte_carlo' or 'moderated'; got {method!r}."
-            )
+        _check_method(method)
         mean, cov = self.latent_predictive(X)
         if method == "moderated":
             # imported here: the RVM package is not needed for the default method
@@ -426,13 +431,12 @@ class SoftmaxGaussianProcessClassifier(ClassifierMixin, BaseEstimator):
         averages the draws in log space (``monte_carlo_log_probabilities``), so a
         probability that underflows to 0 keeps its log; so does "moderated"
         (``kernelref.rvm.softmax.moderated_log_softmax``)."""
+        _check_method(method)
+        mean, cov = self.latent_predictive(X)
         if method == "moderated":
             from kernelref.rvm.softmax import moderated_log_softmax
 
-            return moderated_log_softmax(*self.latent_predictive(X))
-        if method != "monte_carlo":  # refused there by name
-            return self.predict_proba(X, method)
-        mean, cov = self.latent_predictive(X)
+            return moderated_log_softmax(mean, cov)
         rng = np.random.default_rng(self.random_state)
         return monte_carlo_log_probabilities(mean, cov, self.n_samples, rng)
 
