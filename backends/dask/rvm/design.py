@@ -106,17 +106,20 @@ class StreamedDesign:
             self.scales > 0, 1 / np.maximum(self.scales, 1e-300), 0
         )
 
-    def reweighted(self, weights, t, active=None):
+    def reweighted(self, weights, t=None, active=None):
         """diag(b)Φ on unit columns, for the row weights b (the classifier's
-        B^½, label ``rvc-linearised-target``): one pass for the norms, which also
-        forms Φ̃ᵀt (`norms_and_product_chunk`), kept as ``t @ design`` would give
-        it: the sequential algorithm asks for it first. With the columns
-        ``active`` of the model it warm-starts from, the same pass forms that
-        model's coordinates (`coordinates`)."""
+        B^½, label ``rvc-linearised-target``): one pass for the norms, which with
+        ``t`` also forms Φ̃ᵀt (`norms_and_product_chunk`), kept as ``t @ design``
+        would give it: the sequential algorithm asks for it first. With the
+        columns ``active`` of the model it warm-starts from, the same pass forms
+        that model's coordinates (`coordinates`)."""
         other = copy.copy(self)
         other.weights = np.asarray(weights, dtype=float)
         other._seen, other._rows, other._kept = {}, {}, None
         other._hits = other._extra = 0
+        if t is None:  # the norms alone (the rvm_cluster chapter's check)
+            other._set_scales(other._squared_norms())
+            return other
         t = np.asarray(t, dtype=float)
         U = other._basis(active)
         W = np.vstack([t, U.T]) * other.weights
