@@ -34,7 +34,8 @@ def _fit_store(est, X, t, kernel, lam, client, solver, extra, s=None):
     """The estimator's fit store for (X, t, s) and this fit's identity.
 
     The estimator's own temporary store (``store=None``) is replaced when a new
-    fit brings other data, targets or weights; a user's store is refused then.
+    fit brings other data, targets or weights (``overwrite=True``); a user's
+    store is refused then.
     """
     arrays = {"t": t} if s is None else {"t": t, "s": s}
     identity = {
@@ -45,24 +46,15 @@ def _fit_store(est, X, t, kernel, lam, client, solver, extra, s=None):
         "tol": float(est.tol),
         **extra,
     }
-    path = _store_path(est, solver)
-
-    def prepare():
-        return FitStore.prepare(
-            path,
-            X,
-            arrays=arrays,
-            identity=identity,
-            chunk_size=est.chunk_size,
-            client=client,
-        )
-
-    if est.store is None:
-        try:
-            return prepare()
-        except ValueError:  # the last fit's store, for other data: this fit's now
-            shutil.rmtree(path, ignore_errors=True)
-    return prepare()
+    return FitStore.prepare(
+        _store_path(est, solver),
+        X,
+        arrays=arrays,
+        identity=identity,
+        chunk_size=est.chunk_size,
+        client=client,
+        overwrite=est.store is None,
+    )
 
 
 def _store_path(est, solver):

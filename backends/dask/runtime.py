@@ -211,7 +211,9 @@ class FitStore:
 
     # -- making ------------------------------------------------------------------
     @classmethod
-    def prepare(cls, path, X, *, identity, chunk_size, client, arrays=None):
+    def prepare(
+        cls, path, X, *, identity, chunk_size, client, arrays=None, overwrite=False
+    ):
         """Open the fit store at `path` for `X` and `identity`, writing the data once.
 
         `path` None makes a temporary directory, removed at exit. `X` is a
@@ -219,7 +221,14 @@ class FitStore:
         by the cluster); `arrays` maps names to numpy arrays of N rows.
         `identity` is a JSON-able description of the fit (estimator,
         formulation, hyperparameters, kernel). A store at `path` made for
-        other data or another identity is refused with a ValueError.
+        other data, another identity, another chunk size or by another format
+        version is refused with a ValueError naming ``overwrite=True``, which
+        replaces it (its data and checkpoints) instead, as
+        ``GramStore.build``'s does. A store for this very fit is opened as it
+        is, checkpoints and all, with either value (a fit that should not
+        resume discards its checkpoint: ``run_loop(resume=False)``), and a
+        directory that is not a fit store is never cleared, even with
+        ``overwrite=True``.
         """
         chunk_size = check_integer(
             chunk_size, "chunk_size", meaning="It is the number of rows per chunk."
@@ -239,9 +248,16 @@ class FitStore:
         }
         existing = _read_attrs(path)
         if existing is not None and existing.get("data_complete"):
-            _refuse_mismatch(path, existing, wanted)
-            return cls(path, existing, _refs(path, existing))
-        if existing is None:
+            mismatch = _mismatch(path, existing, wanted)
+            if not mismatch:
+                return cls(path, existing, _refs(path, existing))
+            if not overwrite:
+                raise ValueError(
+                    f"{mismatch}; give another store=, remove this one to start "
+                    "afresh, or FitStore.prepare(..., overwrite=True) to replace it."
+                )
+            shutil.rmtree(path)  # a fit store (_read_attrs checked its format)
+        elif existing is None:
             _check_empty(path)
         return cls._write(path, X, arrays, wanted, client)
 
@@ -412,23 +428,22 @@ def _read_attrs(path):
     return attrs
 
 
-def _refuse_mismatch(path, existing, wanted):
-    fix = "give another store=, or remove this one to start afresh"
+def _mismatch(path, existing, wanted):
+    """How the complete store `existing` differs from the fit `wanted`, or ""."""
     if existing.get("format_version") != wanted["format_version"]:
-        raise ValueError(
+        return (
             f"the fit store {str(path)!r} has format version "
             f"{existing.get('format_version')}, this library writes "
-            f"{wanted['format_version']}; {fix}."
+            f"{wanted['format_version']}"
         )
     names = sorted(set(existing["data"]) | set(wanted["data"]))
     differ = [k for k in names if existing["data"].get(k) != wanted["data"].get(k)]
     if existing["chunk_size"] != wanted["chunk_size"]:
         differ.append("chunk_size")
     if differ:
-        raise ValueError(
+        return (
             f"the fit store {str(path)!r} holds other data than this fit (it differs "
-            f"in {differ}): stored {_summary(existing)}, given {_summary(wanted)}; "
-            f"{fix}."
+            f"in {differ}): stored {_summary(existing)}, given {_summary(wanted)}"
         )
     if existing["identity"] != wanted["identity"]:
         keys = sorted(
@@ -436,11 +451,12 @@ def _refuse_mismatch(path, existing, wanted):
             for k in set(existing["identity"]) | set(wanted["identity"])
             if existing["identity"].get(k) != wanted["identity"].get(k)
         )
-        raise ValueError(
+        return (
             f"the fit store {str(path)!r} holds another fit: it differs in {keys} "
             f"(stored {[existing['identity'].get(k) for k in keys]}, given "
-            f"{[wanted['identity'].get(k) for k in keys]}); {fix}."
+            f"{[wanted['identity'].get(k) for k in keys]})"
         )
+    return ""
 
 
 def _summary(attrs):

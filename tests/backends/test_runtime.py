@@ -48,6 +48,66 @@ def test_store_of_other_data_or_another_fit_is_refused(tmp_path):
         store_for(tmp_path / "other", X)
 
 
+def test_overwrite_replaces_a_fit_store_for_another_fit_and_nothing_else(tmp_path):
+    """Without ``overwrite`` a store for other data, another fit or another chunk
+    size is refused, naming ``overwrite=True``, and left as it was; with it, it is
+    replaced (data and checkpoints), while a store for this very fit is opened
+    with its checkpoint, and a directory that is not a fit store is never cleared
+    (as ``GramStore.build``'s ``overwrite``)."""
+
+    def prepare(path, X, identity, chunk_size=64, overwrite=False):
+        return FitStore.prepare(
+            path,
+            X,
+            identity=identity,
+            chunk_size=chunk_size,
+            client=None,
+            arrays={"y": X[:, 0] * 2},
+            overwrite=overwrite,
+        )
+
+    X = np.random.default_rng(1).normal(size=(100, 2))
+    path = tmp_path / "s"
+    first = prepare(path, X, {"fit": "svc", "C": 1.0})
+    first.save_state({"alpha": np.arange(3.0)}, 4)
+    for other, identity, chunk_size, match in [
+        (X + 1, {"fit": "svc", "C": 1.0}, 64, r"other data.*\['X', 'y'\]"),
+        (X, {"fit": "svc", "C": 2.0}, 64, r"another fit.*\['C'\]"),
+        (X, {"fit": "svc", "C": 1.0}, 32, r"other data.*\['chunk_size'\]"),
+    ]:
+        with pytest.raises(ValueError, match=match + ".*overwrite=True"):
+            prepare(path, other, identity, chunk_size)
+    same = prepare(path, X, {"fit": "svc", "C": 1.0}, overwrite=True)
+    assert same.x_ref == first.x_ref, "this fit's own store is not rewritten"
+    assert same.load_state()[1] == 4, "and keeps its checkpoint"
+
+    replaced = prepare(path, X + 1, {"fit": "svc", "C": 2.0}, 32, overwrite=True)
+    assert replaced.x_ref.token != first.x_ref.token and replaced.chunk_size == 32
+    assert replaced.attrs["identity"] == {"fit": "svc", "C": 2.0}
+    assert replaced.load_state() is None, "the other fit's checkpoint is gone"
+    assert not list(path.glob("state*"))
+    np.testing.assert_array_equal(
+        np.concatenate([read_chunk(replaced.x_ref, i) for i in range(4)]), X + 1
+    )
+    np.testing.assert_array_equal(replaced.read("y"), (X + 1)[:, 0] * 2)
+    again = prepare(path, X + 1, {"fit": "svc", "C": 2.0}, 32)
+    assert again.x_ref == replaced.x_ref, "the replacement is a complete store"
+
+    import zarr
+
+    zarr.open_group(store=str(tmp_path / "zarr"), mode="w", attributes={"a": 1})
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    for directory, match in [
+        ("other", "not a kernelref fit store.*never cleared"),
+        ("zarr", "Zarr group but not a kernelref fit store"),
+    ]:
+        kept = sorted((tmp_path / directory).rglob("*"))
+        with pytest.raises(ValueError, match=match):
+            prepare(tmp_path / directory, X, {"fit": "svc"}, overwrite=True)
+        assert sorted((tmp_path / directory).rglob("*")) == kept
+
+
 def test_checkpoints_round_trip_and_a_damaged_one_is_refused(tmp_path):
     store = store_for(tmp_path / "s", np.ones((10, 2)))
     assert store.load_state() is None
