@@ -13,6 +13,7 @@ from kernelref.exceptions import (  # noqa: F401  (raised here)
     NonFiniteError,
     NotFittedError,
 )
+from kernelref.kernels import accepts_sparse
 
 
 def plain(value):
@@ -79,12 +80,26 @@ def _check_shape(A, name, min_samples):
         )
 
 
+#: kernelref's estimators whose fit takes scipy.sparse X with a kernel computed
+#: from inner products (``sparse_input = True``); a test keeps this list true.
+SPARSE_ESTIMATORS = "the SVMs, KernelRidge, KernelPCA and the Gaussian processes"
+
+#: the kernels computed from inner products and norms alone, by name and as
+#: Kernel objects (``accepts_sparse``); a test keeps this list true.
+SPARSE_KERNELS = (
+    "'linear', 'poly', 'rbf' or 'sigmoid' by name, or the Kernel objects Linear, "
+    "Polynomial, RBF, Sigmoid, DotProduct, Constant, White and kernels composed of "
+    "these"
+)
+
+
 def _check_sparse(X, name, min_samples, accept_sparse):
     if not accept_sparse:
         raise TypeError(
-            f"{name} is a scipy.sparse matrix, which is not supported here; sparse "
-            "input is taken by the linear, poly, rbf and sigmoid kernels. Pass a dense "
-            f"array ({name}.toarray()) or use one of those kernels."
+            f"{name} is a scipy.sparse matrix, but this path needs dense input. "
+            f"Pass a dense array ({name}.toarray()). The estimators that take sparse "
+            f"X are {SPARSE_ESTIMATORS}, with a kernel computed from inner products: "
+            f"{SPARSE_KERNELS}."
         )
     if X.ndim != 2:
         raise ValueError(
@@ -124,12 +139,18 @@ def check_samples(X, kernel, name="X", *, min_samples=1, accept_sparse=False):
     """The samples as `kernel` takes them.
 
     For a kernel on vectors this is `check_array`: a finite 2-D float matrix.
+    `accept_sparse` says when a ``scipy.sparse`` X is taken (as CSR): ``True``,
+    ``False`` (the path needs dense X), or ``"kernel"``: when `kernel` is computed
+    from inner products (``kernelref.kernels.accepts_sparse``), else refused with
+    a message that names the kernel.
     For a kernel on objects (``kernel.takes_objects``) it is a 1-D object array
     with one sample per entry, each passed through ``kernel.check_sample``,
     which returns the sample in the form the kernel computes with or raises.
     All samples must then have one type: a kernel on strings does not compare
     a string with a tuple, so a mixture is refused rather than scored zero.
     """
+    if sp.issparse(X):
+        accept_sparse = _sparse_taken(kernel, name, accept_sparse)
     if not takes_objects(kernel):
         return check_array(
             X, name, min_samples=min_samples, accept_sparse=accept_sparse
@@ -157,6 +178,37 @@ def check_samples(X, kernel, name="X", *, min_samples=1, accept_sparse=False):
             "all to one of these types."
         )
     return samples
+
+
+def _sparse_taken(kernel, name, accept_sparse):
+    """Whether a scipy.sparse `name` is taken with `kernel` under the rule
+    `accept_sparse` of ``check_samples``; raises where the kernel is the reason
+    it is not."""
+    if isinstance(kernel, str) and kernel == "precomputed":
+        _refuse_sparse_gram(name)
+    if takes_objects(kernel):
+        raise TypeError(
+            f"{name} is a scipy.sparse matrix, but the kernel "
+            f"{type(kernel).__name__} compares objects, not rows of a matrix. Pass "
+            "a list of samples, one per entry."
+        )
+    if accept_sparse != "kernel":
+        return bool(accept_sparse)
+    if not accepts_sparse(kernel):
+        raise TypeError(
+            f"{name} is a scipy.sparse matrix, but the kernel {kernel!r} is not "
+            f"computed from inner products and needs dense input. Pass a dense "
+            f"array ({name}.toarray()), or use a kernel that takes sparse X: "
+            f"{SPARSE_KERNELS}."
+        )
+    return True
+
+
+def _refuse_sparse_gram(name):
+    raise TypeError(
+        f"{name} is a scipy.sparse matrix, but with kernel='precomputed' it is a "
+        f"Gram matrix, which is taken dense. Pass {name}.toarray()."
+    )
 
 
 def record_n_features(estimator, X):
@@ -265,6 +317,8 @@ def check_training_samples(X, kernel, name="X", *, accept_sparse=False):
 
 def check_square_gram(K, name="K"):
     """Check a precomputed training Gram matrix: 2-D, square, finite and symmetric."""
+    if sp.issparse(K):
+        _refuse_sparse_gram(name)
     K = check_array(K, name)
     if K.shape[0] != K.shape[1]:
         raise ValueError(

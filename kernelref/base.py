@@ -125,7 +125,7 @@ class BaseEstimator(ParamsMixin):
         return tags
 
     #: True for the estimators whose fit takes scipy.sparse X when its kernel does
-    #: (``accept_sparse=accepts_sparse(kernel)``); ``kernel=None`` means RBF there.
+    #: (``accept_sparse="kernel"``); ``kernel=None`` means RBF there.
     sparse_input = False
 
     def _takes_sparse(self):
@@ -155,11 +155,15 @@ def check_wrapped_samples(wrapper, X):
     """X as the estimator `wrapper` wraps (``wrapper.estimator``) takes it: checked
     against its kernel, ``scipy.sparse`` X kept sparse (CSR) when it takes sparse
     input (`takes_sparse`: an SVM whose kernel is computed from sparse products, a
-    one-vs-rest of such SVMs, …)."""
+    one-vs-rest of such SVMs, …). When the wrapped estimator's kernel is why sparse
+    X is refused, the message names that kernel."""
     from kernelref._validation import check_samples
 
     estimator = wrapper.estimator
     kernel = getattr(estimator, "kernel", None)
+    if getattr(estimator, "sparse_input", False):
+        kernel = "rbf" if kernel is None else kernel
+        return check_samples(X, kernel, "X", accept_sparse="kernel")
     return check_samples(X, kernel, "X", accept_sparse=takes_sparse(estimator))
 
 

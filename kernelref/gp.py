@@ -43,7 +43,7 @@ from kernelref.exceptions import ConvergenceWarning, NonFiniteError
 # estimators are found in kernelref.gp, as scikit-learn's are in
 # sklearn.gaussian_process.
 from kernelref.gp_classify import GaussianProcessClassifier
-from kernelref.kernels import RBF, Kernel, accepts_sparse
+from kernelref.kernels import RBF, Kernel
 from kernelref.kernels.base import restart_bounds
 
 __all__ = [
@@ -146,7 +146,7 @@ def sample_prior(kernel, X, n_samples=1, random_state=None):
     an array of shape (len(X), n_samples)."""
     if not isinstance(kernel, Kernel):
         raise TypeError(f"kernel must be a kernelref.kernels.Kernel; got {kernel!r}.")
-    X = check_samples(X, kernel, "X", accept_sparse=accepts_sparse(kernel))
+    X = check_samples(X, kernel, "X", accept_sparse="kernel")
     K = kernel(X)
     return sample_gaussian(
         np.zeros(X.shape[0]), K, n_samples, np.random.default_rng(random_state)
@@ -339,7 +339,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
     def fit(self, X, y):
         """Learn the hyperparameters (if ``optimizer``), then L_ and α_ at them."""
         kernel, noise = self._validate_params()
-        X = check_samples(X, kernel, "X", accept_sparse=accepts_sparse(kernel))
+        X = check_samples(X, kernel, "X", accept_sparse="kernel")
         t = check_targets(y, X.shape[0], "y")
         if self.normalize_y:
             y_mean, std = t.mean(axis=0), t.std(axis=0)
@@ -377,7 +377,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             )
         fitted = hasattr(self, "kernel_")
         kernel = self.kernel_ if fitted else self._prior_kernel()
-        X = check_samples(X, kernel, "X", accept_sparse=accepts_sparse(kernel))
+        X = check_samples(X, kernel, "X", accept_sparse="kernel")
         if not fitted:
             mean = np.zeros(X.shape[0])
             if return_cov:

@@ -32,7 +32,7 @@ from kernelref._validation import (
     record_n_features,
 )
 from kernelref.base import BaseEstimator, ClassifierMixin, restores_on_error
-from kernelref.kernels import RBF, Kernel, accepts_sparse
+from kernelref.kernels import RBF, Kernel
 from kernelref.kernels.base import restart_bounds
 from kernelref.laplace import (
     TOL,
@@ -431,7 +431,7 @@ class GaussianProcessClassifier(ClassifierMixin, BaseEstimator):
     def fit(self, X, y):
         """Find the mode (and, with an optimizer, the hyperparameters) for `X`, `y`."""
         kernel = self._validate_params()
-        X = check_samples(X, kernel, "X", accept_sparse=accepts_sparse(kernel))
+        X = check_samples(X, kernel, "X", accept_sparse="kernel")
         classes, y_index = check_classification_targets(y, X.shape[0], "y")
         # only once the input is accepted: a refused refit leaves the earlier fit intact
         self._forget_fit()
@@ -486,7 +486,7 @@ class GaussianProcessClassifier(ClassifierMixin, BaseEstimator):
         check_is_fitted(self, "log_marginal_likelihood_value_")
         # with several classes every binary model has a copy of the same kernel
         kernel = self.kernel_[0] if isinstance(self.kernel_, list) else self.kernel_
-        X = check_samples(X, kernel, "X", accept_sparse=accepts_sparse(kernel))
+        X = check_samples(X, kernel, "X", accept_sparse="kernel")
         if X.ndim == 2:
             check_n_features(X, self.n_features_in_)
         return X

@@ -41,7 +41,7 @@ from kernelref._validation import (
     record_n_features,
 )
 from kernelref.base import BaseEstimator, ClassifierMixin
-from kernelref.kernels import RBF, Kernel, accepts_sparse
+from kernelref.kernels import RBF, Kernel
 from kernelref.kernels.base import restart_bounds
 from kernelref.laplace import TOL, damped_newton
 
@@ -366,7 +366,7 @@ class SoftmaxGaussianProcessClassifier(ClassifierMixin, BaseEstimator):
     def fit(self, X, y):
         """Find the hyperparameters (with an optimizer) and the mode for `X`, `y`."""
         kernel = self._validate_params()
-        X = check_samples(X, kernel, "X", accept_sparse=accepts_sparse(kernel))
+        X = check_samples(X, kernel, "X", accept_sparse="kernel")
         self.classes_, y_index = check_classification_targets(y, X.shape[0], "y")
         Y = (np.arange(len(self.classes_))[:, None] == y_index[None, :]).astype(float)
         if self.optimizer is not None and len(kernel.theta):
@@ -397,9 +397,7 @@ class SoftmaxGaussianProcessClassifier(ClassifierMixin, BaseEstimator):
         """Mean (m, C) and covariance (m, C, C) of the latents at `X`
         (gpcm-predictive)."""
         check_is_fitted(self, "log_marginal_likelihood_value_")
-        X = check_samples(
-            X, self.kernel_, "X", accept_sparse=accepts_sparse(self.kernel_)
-        )
+        X = check_samples(X, self.kernel_, "X", accept_sparse="kernel")
         if X.ndim == 2:
             check_n_features(X, self.n_features_in_)
         K_star = self.kernel_(X, self.X_fit_)

@@ -39,7 +39,7 @@ from kernelref._validation import (
 )
 from kernelref.base import BaseEstimator
 from kernelref.exceptions import NotFittedError
-from kernelref.kernels import accepts_sparse, make_kernel
+from kernelref.kernels import make_kernel
 from kernelref.ridge import dual_coefficients
 
 __all__ = ["KernelPCA", "centre_gram", "centre_cross_gram"]
@@ -176,9 +176,7 @@ class KernelPCA(BaseEstimator):
 
     def _validate(self, X):
         self._validate_inverse(X)
-        X = check_training_samples(
-            X, self.kernel, accept_sparse=accepts_sparse(self.kernel)
-        )
+        X = check_training_samples(X, self.kernel, accept_sparse="kernel")
         n = X.shape[0]
         if self.n_components is not None and (
             isinstance(self.n_components, bool)
@@ -299,9 +297,7 @@ class KernelPCA(BaseEstimator):
     def transform(self, X):
         """y_k(x) = Σ_n a_kn k̃(x, x_n) for each row of X (label ``kpca-project``)."""
         check_is_fitted(self, "dual_coef_")
-        X = check_samples(
-            X, self.kernel_, "X", accept_sparse=accepts_sparse(self.kernel_)
-        )
+        X = check_samples(X, self.kernel_, "X", accept_sparse="kernel")
         if isinstance(self.kernel_, str):
             if X.shape[1] != len(self.X_fit_):
                 raise ValueError(

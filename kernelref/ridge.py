@@ -27,7 +27,7 @@ from kernelref._validation import (
     record_n_features,
 )
 from kernelref.base import BaseEstimator, RegressorMixin
-from kernelref.kernels import accepts_sparse, make_kernel
+from kernelref.kernels import make_kernel
 from kernelref.nadaraya_watson import NadarayaWatson
 
 __all__ = [
@@ -128,9 +128,7 @@ class KernelRidge(RegressorMixin, BaseEstimator):
             meaning="It is the ridge penalty λ; "
             "use a small positive value such as 1e-8 to nearly interpolate.",
         )
-        X = check_training_samples(
-            X, self.kernel, accept_sparse=accepts_sparse(self.kernel)
-        )
+        X = check_training_samples(X, self.kernel, accept_sparse="kernel")
         t = check_targets(y, X.shape[0], "y")
         s = None
         if sample_weight is not None:
@@ -173,9 +171,7 @@ class KernelRidge(RegressorMixin, BaseEstimator):
     def _cross_kernel(self, X):
         """k(x)ᵀ for each row of X: the (n_test, n_train) matrix K(X, X_fit)."""
         check_is_fitted(self, "dual_coef_")
-        X = check_samples(
-            X, self.kernel_, "X", accept_sparse=accepts_sparse(self.kernel_)
-        )
+        X = check_samples(X, self.kernel_, "X", accept_sparse="kernel")
         if isinstance(self.kernel_, str):
             if X.shape[1] != len(self.X_fit_):
                 raise ValueError(

@@ -16,7 +16,6 @@ import numpy as np
 import scipy.sparse
 
 from kernelref._validation import check_integer, check_samples
-from kernelref.kernels import accepts_sparse
 
 __all__ = [
     "OPERATIONAL",
@@ -44,7 +43,7 @@ def dense_samples(X, kernel, name="X"):
     """X checked as the reference checks it for `kernel` (scipy.sparse where the
     kernel takes it), then ``dense``: for estimators whose fitted state and
     predictions are computed from the fit store's dense rows."""
-    return dense(check_samples(X, kernel, name, accept_sparse=accepts_sparse(kernel)))
+    return dense(check_samples(X, kernel, name, accept_sparse="kernel"))
 
 
 #: Arguments that change how a fit runs, never what it computes: a store is

@@ -35,7 +35,7 @@ from kernelref.base import (
     RegressorMixin,
     restores_on_error,
 )
-from kernelref.kernels import Linear, accepts_sparse, make_kernel
+from kernelref.kernels import Linear, make_kernel
 from kernelref.svm import problems
 from kernelref.svm.kkt import DualProblem
 from kernelref.svm.multiclass import (
@@ -90,9 +90,7 @@ class _BaseSVM(BaseEstimator):
             )
 
     def _validate_X(self, X):
-        return check_training_samples(
-            X, self.kernel, accept_sparse=accepts_sparse(self.kernel)
-        )
+        return check_training_samples(X, self.kernel, accept_sparse="kernel")
 
     def _sample_weight(self, sample_weight, n):
         if sample_weight is None:
@@ -137,9 +135,7 @@ class _BaseSVM(BaseEstimator):
     def _kernel_to_sv(self, X):
         """k(x, s) for the support vectors s, shape (n_samples, n_SV)."""
         check_is_fitted(self, "support_")
-        X = check_samples(
-            X, self.kernel_, "X", accept_sparse=accepts_sparse(self.kernel_)
-        )
+        X = check_samples(X, self.kernel_, "X", accept_sparse="kernel")
         if isinstance(self.kernel_, str):
             if X.shape[1] != self.shape_fit_[0]:
                 raise ValueError(

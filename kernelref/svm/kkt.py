@@ -20,7 +20,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from kernelref._validation import check_samples
-from kernelref.kernels import accepts_sparse
 
 __all__ = ["DualProblem", "KKTReport", "gram_product", "kkt_report", "qp_kkt"]
 
@@ -156,7 +155,7 @@ def kkt_report(
     ``pair_reports`` listing all.
     """
     kernel = estimator.kernel_
-    X = check_samples(X, kernel, "X", accept_sparse=accepts_sparse(kernel))
+    X = check_samples(X, kernel, "X", accept_sparse="kernel")
     problems_ = estimator.dual_problems(y, sample_weight)
     n = X.shape[0]
     coef = np.column_stack(
