@@ -247,6 +247,22 @@ def check_targets(y, n_samples, name="y"):
     return t
 
 
+def check_sample_weight(sample_weight, n_samples, meaning):
+    """Return `sample_weight` as float64 weights, one ≥ 0 per sample and not all
+    zero. A single number (not a bool) is the weight of every sample, as
+    scikit-learn's ``_check_sample_weight`` takes it; `meaning` says what a
+    weight does in this estimator, for the message."""
+    if isinstance(sample_weight, numbers.Real) and not isinstance(sample_weight, bool):
+        sample_weight = np.full(n_samples, float(sample_weight))
+    w = check_targets(sample_weight, n_samples, "sample_weight")
+    if w.ndim != 1 or np.any(w < 0) or not np.any(w > 0):
+        raise ValueError(
+            "sample_weight must be 1-D with one weight ≥ 0 per sample, not all zero; "
+            f"{meaning}"
+        )
+    return w
+
+
 def _require_targets(y, name):
     if y is None:
         raise ValueError(

@@ -11,8 +11,6 @@ a = S^½ (S^½ K S^½ + λI)⁻¹ S^½ t with S = diag(s) (label ``ridge-weighte
 the same Cholesky solve, on a symmetric matrix, as scikit-learn computes it.
 """
 
-import numbers
-
 import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve, solve
 
@@ -20,6 +18,7 @@ from kernelref._validation import (
     check_is_fitted,
     check_n_features,
     check_positive,
+    check_sample_weight,
     check_samples,
     check_targets,
     check_training_samples,
@@ -132,16 +131,9 @@ class KernelRidge(RegressorMixin, BaseEstimator):
         t = check_targets(y, X.shape[0], "y")
         s = None
         if sample_weight is not None:
-            if isinstance(sample_weight, numbers.Real) and not isinstance(
-                sample_weight, bool
-            ):  # one weight for every sample, as scikit-learn takes it
-                sample_weight = np.full(X.shape[0], float(sample_weight))
-            s = check_targets(sample_weight, X.shape[0], "sample_weight")
-            if s.ndim != 1 or np.any(s < 0) or not np.any(s > 0):
-                raise ValueError(
-                    "sample_weight must be 1-D with one weight ≥ 0 per sample, not all "
-                    "zero; it weighs each sample's squared error."
-                )
+            s = check_sample_weight(
+                sample_weight, X.shape[0], "it weighs each sample's squared error."
+            )
         kernel = make_kernel(self.kernel, X, self.gamma, self.degree, self.coef0)
         return lam, X, t, s, kernel
 

@@ -22,6 +22,7 @@ from kernelref._validation import (
     check_classification_targets,
     check_is_fitted,
     check_n_features,
+    check_sample_weight,
     check_samples,
     check_targets,
     check_training_samples,
@@ -95,13 +96,9 @@ class _BaseSVM(BaseEstimator):
     def _sample_weight(self, sample_weight, n):
         if sample_weight is None:
             return np.ones(n)
-        w = check_targets(sample_weight, n, "sample_weight")
-        if w.ndim != 1 or np.any(w < 0) or not np.any(w > 0):
-            raise ValueError(
-                "sample_weight must be 1-D, ≥ 0 and not all zero; it scales "
-                "C (or the bound 1 of the ν forms) per sample."
-            )
-        return w
+        return check_sample_weight(
+            sample_weight, n, "it scales C (or the bound 1 of the ν forms) per sample."
+        )
 
     def _prepare(self, X):
         self._validate_common()

@@ -286,7 +286,7 @@ def test_weight_refusals(run, cli, tmp_path):
         (
             (*fit, "SVR", "--data", "neg.csv", "--target", "target", "--weight", "1"),
             1,
-            "sample_weight must be 1-D, ≥ 0",
+            "sample_weight must be 1-D with one weight ≥ 0 per sample",
         ),
         (
             (*fit, "KernelRidge", "--data", "nan.csv", "--target", "target")
