@@ -71,6 +71,9 @@ __all__ = [
     "SketchedPreconditioner",
     "leverage_scores",
     "nystrom_rows",
+    "check_n_centres",
+    "distinct_draw",
+    "row_labels",
     "select_centres",
     "sketch_rows",
 ]
@@ -138,17 +141,83 @@ def leverage_scores(client, store, kernel, shift, lam, m, rng):
     return np.maximum(np.concatenate(parts), 0.0) / lam
 
 
-def select_centres(client, store, kernel, shift, lam, m, sampling, random_state):
-    """Indices of M centres: uniform without replacement, or by leverage scores."""
+def row_labels(X):
+    """(labels, count): one label per row of X, equal for equal rows (-0.0 is
+    0.0), and the number of distinct rows. One sort of the rows as bytes: 0.11 s
+    at N = 10⁵ and 1.4 s at N = 10⁶ (D = 20, measured 2026-11-24 on a shared
+    machine), against the 64 s of one CG round at N = 10⁶."""
+    Z = np.add(np.asarray(X, dtype=np.float64), 0.0, order="C")
+    rows = Z.view(np.dtype((np.void, Z.itemsize * Z.shape[1]))).ravel()
+    distinct, labels = np.unique(rows, return_inverse=True)
+    return labels.ravel(), len(distinct)
+
+
+def check_n_centres(n_centres, n, n_distinct):
+    """M for ``n_centres`` on N rows of which ``n_distinct`` differ: every distinct
+    row when ``n_centres`` ≥ N (exact kernel ridge; repeated rows add nothing to
+    the span of the centres), else ``n_centres``, refused if the data have fewer
+    distinct rows (a centre repeated makes K_MM, and H of ``nystrom-normal``,
+    singular)."""
+    if n_centres >= n:
+        return n_distinct
+    if n_centres > n_distinct:
+        raise ValueError(
+            f"n_centres={n_centres} asks for more Nyström centres than X has "
+            f"distinct rows ({n_distinct} of {n}), and a repeated centre makes K_MM "
+            f"singular; give n_centres <= {n_distinct} (with all of them the fit is "
+            f"exact kernel ridge), or n_centres >= {n} for exact kernel ridge."
+        )
+    return n_centres
+
+
+def select_centres(
+    client, store, kernel, shift, lam, m, sampling, random_state, labels=None
+):
+    """Indices of M centres, rows of distinct values: uniform without replacement,
+    or by leverage scores.
+
+    ``labels`` (of ``row_labels``; None: every row distinct) name equal rows. The
+    M rows are drawn as without them; when some drawn rows are equal, the first
+    drawn of each is kept and the rest are the first rows of new values in a
+    continued draw of the other rows (``distinct_draw``): equal rows are one
+    value, drawn with their probabilities together, never twice. On data without
+    equal drawn rows the centres are those drawn, as before. M ≥ the number of
+    distinct rows gives the first row of each value (``check_n_centres``).
+    """
     rng = np.random.default_rng(random_state)
     n = store.n
-    if m >= n:
-        return np.arange(n)
-    if sampling == "uniform":
-        return np.sort(rng.choice(n, size=m, replace=False))
-    scores = leverage_scores(client, store, kernel, shift, lam, m, rng)
-    p = scores + 1e-12 * scores.max()
-    return np.sort(rng.choice(n, size=m, replace=False, p=p / p.sum()))
+    firsts = np.arange(n) if labels is None else np.unique(labels, return_index=True)[1]
+    if m >= len(firsts):
+        return np.sort(firsts)
+    p = None
+    if sampling != "uniform":
+        scores = leverage_scores(client, store, kernel, shift, lam, m, rng)
+        p = scores + 1e-12 * scores.max()
+        p = p / p.sum()
+    index = rng.choice(n, size=m, replace=False, p=p)
+    if labels is not None:
+        index = distinct_draw(index, labels, rng, p)
+    return np.sort(index)
+
+
+def distinct_draw(index, labels, rng, p=None):
+    """`index` (rows drawn without replacement, in draw order, with probabilities
+    p or uniformly) with its repeated values replaced: the first drawn row of each
+    value kept, then the other rows in the order a continued draw takes them
+    (sorted by e/p, e ~ Exp(1): Efraimidis & Spirakis, 2006), the first of each
+    value not yet taken, until there are ``len(index)`` values. `index` itself if
+    its rows' values differ."""
+    _, first = np.unique(labels[index], return_index=True)
+    if len(first) == len(index):
+        return index
+    kept = index[np.sort(first)]
+    rest = np.setdiff1d(np.arange(len(labels)), index)
+    keys = rng.standard_exponential(len(rest))
+    order = rest[np.argsort(keys if p is None else keys / p[rest], kind="stable")]
+    _, first = np.unique(labels[order], return_index=True)
+    new = order[np.sort(first)]
+    new = new[~np.isin(labels[new], labels[kept])]
+    return np.concatenate([kept, new[: len(index) - len(kept)]])
 
 
 def _read_rows(store, index):

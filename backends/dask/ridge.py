@@ -88,7 +88,10 @@ class KernelRidge(ReferenceKernelRidge):
         products (``solver="cg"``). A worker holds a few tiles of 8·chunk_size² bytes.
     solver : "cholesky", "cg" or "nystrom"
     n_centres : int
-        Nyström centres M (``solver="nystrom"``); M ≥ N is exact kernel ridge.
+        Nyström centres M (``solver="nystrom"``), rows of distinct values (a
+        repeated centre would make K_MM singular); M ≥ N is exact kernel ridge
+        (every distinct row a centre). An M < N above the number of distinct rows
+        of X is refused.
     centres : "uniform" or "leverage"
         How the centres are sampled: uniformly, or by approximate ridge leverage
         scores (one more pass over the data).

@@ -139,8 +139,10 @@ def _system(K_times, lam, s):
 def fit_nystrom(est, X, t, lam, kernel, client, s=None):
     """(centres, β, iterations) of Nyström ridge by FALKON (``falkon-system``);
     with weights s, of the weighted problem (``nystrom-weighted``). The centres
-    are drawn as without weights (uniformly, or by unweighted leverage scores)."""
-    m = min(int(est.n_centres), len(X))
+    are drawn as without weights (uniformly, or by unweighted leverage scores),
+    and are rows of distinct values (``nystrom.select_centres``)."""
+    labels, n_distinct = _nystrom.row_labels(X)
+    m = _nystrom.check_n_centres(int(est.n_centres), len(X), n_distinct)
     store = _fit_store(
         est,
         X,
@@ -159,7 +161,15 @@ def fit_nystrom(est, X, t, lam, kernel, client, s=None):
     )
     shift = _cg.kernel_shift(kernel, X)
     index = _nystrom.select_centres(
-        client, store, kernel, shift, lam, m, est.centres, est.random_state
+        client,
+        store,
+        kernel,
+        shift,
+        lam,
+        m,
+        est.centres,
+        est.random_state,
+        None if n_distinct == len(X) else labels,
     )
     C, K_MM = X[index], kernel(X[index])
     S = _nystrom.sketch_rows(len(X), index, est.random_state)

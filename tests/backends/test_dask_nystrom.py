@@ -129,6 +129,66 @@ def test_leverage_scores_are_exact_with_every_landmark(client, data):
     np.testing.assert_allclose(scores, expected, rtol=1e-6, atol=1e-8)
 
 
+@pytest.fixture(scope="module")
+def repeated(data):
+    """300 rows of only 60 distinct values, each five times in a shuffled order,
+    with targets that differ between the copies."""
+    X, y = data
+    rng = np.random.default_rng(5)
+    index = rng.permutation(np.repeat(np.arange(60), 5))
+    return X[index], y[index] + 0.1 * rng.normal(size=len(index))
+
+
+def distinct_rows(A):
+    return len(np.unique(A, axis=0))
+
+
+@pytest.mark.parametrize("centres", ["uniform", "leverage"])
+def test_centres_on_repeated_rows_are_distinct_and_solve_the_restricted_problem(
+    client, repeated, centres
+):
+    """M = 40 centres of 300 rows with 60 values: rows of 40 distinct values (the
+    plain draw repeats some), K_MM nonsingular, and β the dense solution of
+    ``nystrom-normal`` on those centres."""
+    X, y = repeated
+    plain = np.random.default_rng(0).choice(len(X), size=40, replace=False)
+    assert distinct_rows(X[plain]) < 40, "the test needs a draw that repeats"
+    model = fit((X, y), solver="nystrom", n_centres=40, centres=centres, tol=1e-10)
+    C = model.X_fit_
+    assert C.shape == (40, X.shape[1]) and distinct_rows(C) == 40
+    np.testing.assert_array_equal(C, X[model.centre_indices_])
+    assert np.all(np.isfinite(model.dual_coef_)) and model.condition_estimate_ < 1e3
+    kernel = RBF(gamma=GAMMA)
+    K_NM, K_MM = kernel(X, C), kernel(C)
+    assert np.linalg.cond(K_MM) < 1e8
+    beta = np.linalg.solve(K_NM.T @ K_NM + LAM * K_MM, K_NM.T @ y)
+    np.testing.assert_allclose(model.dual_coef_, beta, rtol=0, atol=1e-8)
+    np.testing.assert_allclose(model.predict(X), K_NM @ beta, rtol=0, atol=1e-8)
+
+
+def test_every_distinct_row_a_centre_is_exact_ridge_on_repeated_rows(client, repeated):
+    """n_centres ≥ N on data with 60 values: the 60 distinct rows (first of each)
+    are the centres, and the fit is the exact kernel ridge of all 300 rows."""
+    X, y = repeated
+    model = fit((X, y), solver="nystrom", n_centres=1000)
+    first = np.sort(np.unique(X, axis=0, return_index=True)[1])
+    np.testing.assert_array_equal(model.centre_indices_, first)
+    exact = ReferenceKernelRidge(lam=LAM, gamma=GAMMA).fit(X, y)
+    np.testing.assert_allclose(model.predict(X), exact.predict(X), rtol=0, atol=1e-8)
+
+
+def test_more_centres_than_distinct_rows_is_refused_before_any_work(repeated, tmp_path):
+    store = tmp_path / "fit.zarr"
+    with pytest.raises(
+        ValueError, match=r"n_centres=61 .* distinct rows \(60 of 300\).*<= 60"
+    ):
+        fit(repeated, solver="nystrom", n_centres=61, store=store)
+    assert not store.exists()
+    assert nystrom.check_n_centres(60, 300, 60) == 60  # every distinct value
+    labels, count = nystrom.row_labels(np.array([[0.0, 1], [-0.0, 1], [1, 0.0]]))
+    assert count == 2 and labels[0] == labels[1] != labels[2]  # -0.0 is 0.0
+
+
 def _tmp():
     import pathlib
     import tempfile
