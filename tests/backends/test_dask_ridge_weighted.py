@@ -1,7 +1,9 @@
 """``backends.dask.KernelRidge.fit(X, y, sample_weight)`` solves the reference's
 weighted problem (label ``ridge-weighted``) with each of its solvers."""
 
+import os
 import pathlib
+import signal
 
 import numpy as np
 import pytest
@@ -239,6 +241,47 @@ def test_iterative_store_of_other_weights_is_not_resumed(address, tmp_path, name
     own.fit(X, y, sample_weight=w_other)
     reference = ReferenceKernelRidge(lam=LAM, **KERNEL).fit(X, y, sample_weight=w_other)
     np.testing.assert_allclose(own.predict(X), reference.predict(X), atol=1e-8)
+
+
+@pytest.mark.parametrize("name", ["cg", "nystrom"])
+def test_worker_killed_mid_weighted_fit_gives_the_reference_fit(client, tmp_path, name):
+    """A worker process killed by its pid (SIGKILL) after the second iteration of
+    a weighted fit: the lost tasks are recomputed from the fit store, and the fit
+    is bit for bit the one without the kill and, for CG, the reference's weighted
+    fit (as test_dask_nystrom's kill test of the unweighted fit). Nyström on
+    M = 40 < N centres (with M = N it takes one step) is checked against the
+    dense solution of ``nystrom-weighted`` on its centres."""
+    X, y = regression_data(200, seed=6)
+    w = integer_weights(len(X), 9)
+    address = client.scheduler.address
+    options = dict(store=None, n_centres=40, tol=1e-10)
+    whole = backend(name, len(X), address, tmp_path, **options)
+    whole.fit(X, y, sample_weight=w)
+    assert whole.n_iter_ > 4
+    pids, killed = set(client.run(os.getpid).values()), []
+
+    def kill_a_worker(record):
+        if record.iteration == 2:
+            killed.append(next(iter(client.run(os.getpid).values())))
+            os.kill(killed[0], signal.SIGKILL)
+
+    survived = backend(
+        name, len(X), address, tmp_path, progress=kill_a_worker, **options
+    ).fit(X, y, sample_weight=w)
+    client.wait_for_workers(2, timeout=60)
+    assert len(killed) == 1 and killed[0] not in client.run(os.getpid).values()
+    assert killed[0] in pids
+    np.testing.assert_array_equal(survived.dual_coef_, whole.dual_coef_)
+    assert survived.n_iter_ == whole.n_iter_
+    if name == "cg":
+        reference = ReferenceKernelRidge(lam=LAM, **KERNEL).fit(X, y, sample_weight=w)
+        assert_same_model(survived, reference, regression_data(50, seed=3)[0], name)
+    else:
+        kernel, C = survived.kernel_, survived.X_fit_
+        K_NM, K_MM = kernel(X, C), kernel(C)
+        H_s = K_NM.T @ (w[:, None] * K_NM) + LAM * K_MM
+        beta = np.linalg.solve(H_s, K_NM.T @ (w * y))
+        np.testing.assert_allclose(survived.predict(X), K_NM @ beta, rtol=0, atol=1e-8)
 
 
 BAD_WEIGHTS = [
