@@ -236,6 +236,13 @@ class KernelPCA(BaseEstimator):
         K = X if isinstance(kernel, str) else evaluate_kernel(kernel, X)
         K_tilde, column_means = centre_gram(K)
         lam, U = self._top_eigenpairs(K_tilde, n_components, solver)
+        return self._fit_eigenpairs(X, kernel, column_means, lam, U)
+
+    def _fit_eigenpairs(self, X, kernel, column_means, lam, U):
+        """The model from K̃'s top eigenpairs (λN, u), decreasing, however found
+        (the backend's block Krylov iteration too): refuse a kernel that is not
+        PSD, zero the rounding noise, fix the signs and normalise a = u/√(λN)
+        (label ``kpca-normalise``); then the pre-image map if asked."""
         largest = max(lam.max(), 0.0)
         if lam.min() < -NEGATIVE_EIGENVALUE_RATIO * largest:
             raise ValueError(

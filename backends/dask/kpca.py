@@ -31,8 +31,7 @@ from backends.dask.estimator_args import (
     refuse_precomputed,
 )
 from backends.dask.runtime import FitStore, map_chunks, read_chunk, run_loop
-from kernelref._validation import check_integer, record_n_features
-from kernelref.kpca import NEGATIVE_EIGENVALUE_RATIO, ZERO_EIGENVALUE_RATIO
+from kernelref._validation import check_integer
 from kernelref.kpca import KernelPCA as ReferenceKernelPCA
 
 __all__ = ["KernelPCA"]
@@ -279,30 +278,10 @@ class KernelPCA(ReferenceKernelPCA):
         Q, Z = state["Q"], state["Z"]
         theta, S = np.linalg.eigh(0.5 * (Q.T @ Z + Z.T @ Q))
         lam, U = theta[::-1][:k], Q @ S[:, ::-1][:, :k]
-        largest = max(lam.max(), 0.0)
-        if lam.min() < -NEGATIVE_EIGENVALUE_RATIO * largest:
-            raise ValueError(
-                f"the centred Gram matrix has an eigenvalue {lam.min():.3g} (largest "
-                f"{largest:.3g}): the kernel is not positive semi-definite on these "
-                "inputs; choose a PSD kernel or parameters."
-            )
-        lam = np.where(lam > ZERO_EIGENVALUE_RATIO * largest, lam, 0.0)
-        rows = np.argmax(np.abs(U), axis=0)
-        U *= np.sign(U[rows, np.arange(U.shape[1])])
-        positive = lam > 0
-        a = np.zeros_like(U)
-        a[:, positive] = U[:, positive] / np.sqrt(lam[positive])
-        self.kernel_, self._K_column_means = kernel, state["column_means"]
-        self.eigenvalues_, self.eigenvectors_, self.dual_coef_ = lam, U, a
-        self.X_fit_ = X.copy()  # the model owns its data
+        self._fit_eigenpairs(X, kernel, state["column_means"], lam, U)
         self.n_passes_ = int(state["passes"])
         self.residual_ = float(state["residual"])
         self.store_ = str(store.path)
-        record_n_features(self, X)
-        for name in ("X_transformed_fit_", "inverse_dual_coef_"):
-            self.__dict__.pop(name, None)
-        if self.fit_inverse_transform:
-            self._fit_inverse_transform(X)
         return self
 
     def _fit_inverse_transform(self, X):
