@@ -228,7 +228,8 @@ class FitStore:
         is, checkpoints and all, with either value (a fit that should not
         resume discards its checkpoint: ``run_loop(resume=False)``), and a
         directory that is not a fit store is never cleared, even with
-        ``overwrite=True``.
+        ``overwrite=True`` (one whose ``zarr.json`` is unreadable is replaced if
+        it still has its array X or a checkpoint, as a ``GramStore`` with its K).
         """
         chunk_size = check_integer(
             chunk_size, "chunk_size", meaning="It is the number of rows per chunk."
@@ -246,6 +247,8 @@ class FitStore:
             "n": int(X.shape[0]),
             "chunk_size": chunk_size,
         }
+        if overwrite and _is_damaged_fit_store(path):
+            shutil.rmtree(path)
         existing = _read_attrs(path)
         if existing is not None and existing.get("data_complete"):
             mismatch = _mismatch(path, existing, wanted)
@@ -426,6 +429,20 @@ def _read_attrs(path):
             "a new or empty directory as store=."
         )
     return attrs
+
+
+def _is_damaged_fit_store(path):
+    """True for a fit store whose zarr.json cannot be read (its write cut short)
+    that still has its array X or a checkpoint."""
+    try:
+        json.loads((path / "zarr.json").read_text())
+        return False
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError):
+        return (path / "X" / "zarr.json").is_file() or any(
+            path.glob(f"*.{CHECKPOINT_FILE}")
+        )
 
 
 def _mismatch(path, existing, wanted):

@@ -52,8 +52,9 @@ def test_overwrite_replaces_a_fit_store_for_another_fit_and_nothing_else(tmp_pat
     """Without ``overwrite`` a store for other data, another fit or another chunk
     size is refused, naming ``overwrite=True``, and left as it was; with it, it is
     replaced (data and checkpoints), while a store for this very fit is opened
-    with its checkpoint, and a directory that is not a fit store is never cleared
-    (as ``GramStore.build``'s ``overwrite``)."""
+    with its checkpoint, a fit store whose zarr.json is unreadable is replaced,
+    and a directory that is not a fit store is never cleared (as
+    ``GramStore.build``'s ``overwrite``)."""
 
     def prepare(path, X, identity, chunk_size=64, overwrite=False):
         return FitStore.prepare(
@@ -93,14 +94,24 @@ def test_overwrite_replaces_a_fit_store_for_another_fit_and_nothing_else(tmp_pat
     again = prepare(path, X + 1, {"fit": "svc", "C": 2.0}, 32)
     assert again.x_ref == replaced.x_ref, "the replacement is a complete store"
 
+    (path / "zarr.json").write_text('{"attributes": {"form')  # a write cut short
+    with pytest.raises(ValueError, match="unreadable zarr.json"):
+        prepare(path, X, {"fit": "svc"})
+    mended = prepare(path, X, {"fit": "svc"}, overwrite=True)
+    np.testing.assert_array_equal(mended.read("y"), X[:, 0] * 2)
+
     import zarr
 
     zarr.open_group(store=str(tmp_path / "zarr"), mode="w", attributes={"a": 1})
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("mine")
+    (tmp_path / "broken").mkdir()  # unreadable, and neither X nor a checkpoint
+    (tmp_path / "broken" / "zarr.json").write_text("{")
+    (tmp_path / "broken" / "notes.txt").write_text("mine")
     for directory, match in [
         ("other", "not a kernelref fit store.*never cleared"),
         ("zarr", "Zarr group but not a kernelref fit store"),
+        ("broken", "unreadable zarr.json"),
     ]:
         kept = sorted((tmp_path / directory).rglob("*"))
         with pytest.raises(ValueError, match=match):
