@@ -71,6 +71,7 @@ from kernelref.rvm.softmax import (
     moderated_softmax,
     one_hot,
 )
+from kernelref.rvm.softmax_design import KroneckerDesign
 
 __all__ = [
     "ABANDON_AFTER",
@@ -342,9 +343,11 @@ class RVC(ClassifierMixin, BaseEstimator):
         self.alpha_, self.mu_, self.Sigma_ = result.alpha, result.mu, result.Sigma
 
     def _fit_softmax(self, Phi, usable, y_index, K):
-        result = self._run(
-            expanded_design(Phi[:, usable], K), one_hot(y_index, K), Softmax(K)
-        )
+        """The fast path runs on Φ ⊗ I_K as a `KroneckerDesign` (never formed, nor
+        its whitened form: label ``rvc-softmax-structured``); re-estimation, which
+        starts from every weight, on the matrix itself."""
+        expand = KroneckerDesign if self.method == "fast" else expanded_design
+        result = self._run(expand(Phi[:, usable], K), one_hot(y_index, K), Softmax(K))
         basis = np.unique(
             result.keep // K
         )  # weight m·K + k belongs to basis function m

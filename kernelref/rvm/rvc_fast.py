@@ -149,7 +149,11 @@ def dense_approximation(Phi, a, t, likelihood, active=None):
     t̃ (label ``rvc-linearised-target``): the problem `fast_classifier` runs the
     sequential algorithm on. ``active``, the columns of the model the algorithm
     warm-starts from, is for a design that forms their coordinates on the way
-    (the Dask backend's): here Φ̃ is at hand."""
+    (the Dask backend's): here Φ̃ is at hand. A design that whitens itself
+    (``Phi.whitened``: the softmax model's `KroneckerDesign`) answers instead."""
+    whitened = getattr(Phi, "whitened", None)
+    if whitened is not None:
+        return whitened(a, t, likelihood)
     Phi_tilde, t_tilde = likelihood.whiten(Phi, a, t)
     Phi_unit, scales = unit_columns(Phi_tilde)
     return Phi_unit, scales, t_tilde

@@ -23,8 +23,10 @@ works out to.
 
 The price is size: the whitened design is NK × MK and dense (B_n mixes the
 classes), against K separate N × M designs for one-vs-rest, and a Newton step
-factorises an MK × MK matrix. For many classes or points, one-vs-rest is the
-affordable choice.
+factorises an MK × MK matrix. The fast algorithm runs on both designs without
+forming them (``kernelref.rvm.softmax_design``: its products are sums over the N
+points); re-estimation, which starts from every weight, forms them. For many
+classes or points, one-vs-rest is still the cheaper choice.
 """
 
 import numpy as np
@@ -68,7 +70,15 @@ class Softmax:
 
     def whiten(self, Phi, a, t):
         """Φ̃ = R Φ and t̃ = R a + r with RᵀR = B and Rᵀr = t − y (label
-        ``rvc-linearised-target``), R block diagonal with one K×K block per point.
+        ``rvc-linearised-target``), R block diagonal with one K×K block per point
+        (`whitening`)."""
+        R, t_tilde = self.whitening(a, t)
+        Phi_blocks = Phi.reshape(len(R), self.K, Phi.shape[1])
+        Phi_tilde = np.einsum("njk,nkp->njp", R, Phi_blocks).reshape(Phi.shape)
+        return Phi_tilde, t_tilde
+
+    def whitening(self, a, t):
+        """The blocks R_n (an N×K×K array) of `whiten`'s R and t̃ = R a + r.
 
         B_n = diag(y) − yyᵀ is singular (B_n 1 = 0: adding a constant to every
         a_nk changes nothing), so t̂ = a + B⁻¹(t − y) does not exist. A factor
@@ -87,10 +97,8 @@ class Softmax:
         # u underflowing to 0), where the quotient itself would be 0/0.
         T = t.reshape(-1, self.K)
         r = np.divide(T, u, out=np.zeros_like(u), where=T > 0) - u
-        Phi_blocks = Phi.reshape(len(A), self.K, Phi.shape[1])
-        Phi_tilde = np.einsum("njk,nkp->njp", R, Phi_blocks).reshape(Phi.shape)
         t_tilde = np.einsum("njk,nk->nj", R, A) + r
-        return Phi_tilde, t_tilde.ravel()
+        return R, t_tilde.ravel()
 
 
 def latent_moments(Phi_star, mu, Sigma, kept):
