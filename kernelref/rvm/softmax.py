@@ -109,7 +109,11 @@ def latent_moments(Phi_star, mu, Sigma, kept):
     model and ``Sigma`` their covariance, in the row-major order of ``kept``.
     """
     K = mu.shape[1]
-    J = expanded_design(Phi_star, K)[:, kept.ravel()].reshape(len(Phi_star), K, -1)
+    # J = (Φ* ⊗ I_K)[:, kept], (n, K, P): only the kept weights' columns, the
+    # same entries without forming the nK × MK expansion
+    m, k = np.nonzero(kept)  # row-major, as the weights are stacked
+    J = np.zeros((len(Phi_star), K, len(m)))
+    J[:, k, np.arange(len(m))] = Phi_star[:, m]
     covariance = np.einsum("nkp,pq,njq->nkj", J, Sigma, J)
     return Phi_star @ mu, covariance
 

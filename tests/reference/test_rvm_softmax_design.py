@@ -10,7 +10,7 @@ import pytest
 from kernelref.rvm import RVC
 from kernelref.rvm.fast import unit_columns
 from kernelref.rvm.rvc_fast import fast_classifier
-from kernelref.rvm.softmax import Softmax, expanded_design, one_hot
+from kernelref.rvm.softmax import Softmax, expanded_design, latent_moments, one_hot
 from kernelref.rvm.softmax_design import KroneckerDesign
 
 
@@ -99,3 +99,19 @@ def test_fast_softmax_fit_never_forms_the_nk_by_mk_design():
         tracemalloc.stop()
     assert peak < dense_bytes, (peak, dense_bytes)  # the dense path: 3.1 times
     assert np.mean(model.predict(X) == y) > 0.9
+
+
+def test_latent_moments_use_the_kept_columns_of_the_expansion_only():
+    """The activations' moments from the kept weights' columns equal those from
+    (Φ* ⊗ I_K)[:, kept], entry for entry."""
+    rng = np.random.default_rng(0)
+    n, M, K = 20, 7, 4
+    Phi_star = rng.normal(size=(n, M))
+    kept = rng.random((M, K)) < 0.4
+    mu = rng.normal(size=(M, K))
+    B = rng.normal(size=(kept.sum(), kept.sum()))
+    Sigma = B @ B.T
+    J = expanded_design(Phi_star, K)[:, kept.ravel()].reshape(n, K, -1)
+    mean, covariance = latent_moments(Phi_star, mu, Sigma, kept)
+    np.testing.assert_array_equal(covariance, np.einsum("nkp,pq,njq->nkj", J, Sigma, J))
+    np.testing.assert_array_equal(mean, Phi_star @ mu)
