@@ -43,6 +43,7 @@ from kernelref.exceptions import ConvergenceWarning, NonFiniteError
 # estimators are found in kernelref.gp, as scikit-learn's are in
 # sklearn.gaussian_process.
 from kernelref.gp_classify import GaussianProcessClassifier
+from kernelref.gp_restarts import best_of_restarts
 from kernelref.kernels import RBF, Kernel
 from kernelref.kernels.base import restart_bounds
 
@@ -280,8 +281,8 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
 
     def _maximise_evidence(self, kernel, X, t, noise):
         """ML-II: L-BFGS-B on −log p(t | X, θ) over the log-bounds, from the
-        kernel's θ and from ``n_restarts`` uniform draws inside the bounds."""
-        bounds = kernel.bounds
+        kernel's θ and from ``n_restarts`` uniform draws inside the bounds
+        (``best_of_restarts``)."""
         failed = []
 
         def objective(theta):
@@ -301,24 +302,14 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
                 )
             return -lml, -grad
 
-        # The starting point is the user's kernel: if it cannot be factorised,
-        # say so now instead of letting the optimiser wander.
-        self._evidence(kernel, X, t, noise, False)
-        rng = np.random.default_rng(self.random_state)
-        starts = [kernel.theta] + [
-            rng.uniform(bounds[:, 0], bounds[:, 1]) for _ in range(self.n_restarts)
-        ]
-        best = None
-        for theta0 in starts:
+        def local_minimum(fun, theta0, bounds):
             failed.clear()
-            result = minimize(
-                objective, theta0, method="L-BFGS-B", jac=True, bounds=bounds
-            )
+            result = minimize(fun, theta0, method="L-BFGS-B", jac=True, bounds=bounds)
             if not result.success:
                 warnings.warn(
                     f"L-BFGS-B stopped without converging: {result.message}",
                     ConvergenceWarning,
-                    stacklevel=3,
+                    stacklevel=5,
                 )
             elif failed and np.array_equal(result.x, theta0):
                 # Every trial step failed to factorise, and the +∞ they returned
@@ -329,11 +320,22 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
                     f"at {len(failed)} trial point(s). Increase noise, add a White "
                     "kernel, or centre and scale X.",
                     ConvergenceWarning,
-                    stacklevel=3,
+                    stacklevel=5,
                 )
-            if best is None or result.fun < best.fun:
-                best = result
-        return best.x
+            return result.x, result.fun
+
+        # The starting point is the user's kernel: if it cannot be factorised,
+        # say so now instead of letting the optimiser wander.
+        self._evidence(kernel, X, t, noise, False)
+        theta, _ = best_of_restarts(
+            local_minimum,
+            objective,
+            kernel.theta,
+            kernel.bounds,
+            self.n_restarts,
+            self.random_state,
+        )
+        return theta
 
     # -- fitting and prediction ---------------------------------------------------
     def fit(self, X, y):

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.linalg import LinAlgError, cho_solve, cholesky, solve_triangular
-from scipy.optimize import minimize
 from scipy.special import logsumexp
 
 from kernelref._validation import (
@@ -32,6 +31,7 @@ from kernelref._validation import (
     record_n_features,
 )
 from kernelref.base import BaseEstimator, ClassifierMixin, restores_on_error
+from kernelref.gp_restarts import best_of_restarts, lbfgs
 from kernelref.kernels import RBF, Kernel
 from kernelref.kernels.base import restart_bounds
 from kernelref.laplace import (
@@ -375,31 +375,21 @@ class GaussianProcessClassifier(ClassifierMixin, BaseEstimator):
         return mode.log_evidence, log_evidence_gradient(kernel, X, K, t, mode)
 
     def _learn_theta(self, kernel, X, t):
-        """Maximise log q(t | X, θ) over log θ within the log bounds."""
+        """Maximise log q(t | X, θ) over log θ within the log bounds, from the
+        kernel's θ and ``n_restarts`` uniform draws (``best_of_restarts``)."""
 
         def negative_evidence(theta):
             value, gradient = self._evidence(kernel.clone_with_theta(theta), X, t, True)
             return -value, -gradient
 
-        bounds = kernel.bounds
-        rng = np.random.default_rng(self.random_state)
-        starts = [kernel.theta] + [
-            rng.uniform(bounds[:, 0], bounds[:, 1]) for _ in range(self.n_restarts)
-        ]
-        optima = []
-        for theta0 in starts:
-            if callable(self.optimizer):
-                optima.append(self.optimizer(negative_evidence, theta0, bounds))
-            else:
-                result = minimize(
-                    negative_evidence,
-                    theta0,
-                    jac=True,
-                    method="L-BFGS-B",
-                    bounds=bounds,
-                )
-                optima.append((result.x, result.fun))
-        best_theta, _ = min(optima, key=lambda pair: pair[1])
+        best_theta, _ = best_of_restarts(
+            self.optimizer if callable(self.optimizer) else lbfgs,
+            negative_evidence,
+            kernel.theta,
+            kernel.bounds,
+            self.n_restarts,
+            self.random_state,
+        )
         return kernel.clone_with_theta(best_theta)
 
     def _fit_binary(self, kernel, X, t):

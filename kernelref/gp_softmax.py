@@ -29,7 +29,6 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.linalg import LinAlgError, cho_solve, cholesky, solve_triangular
-from scipy.optimize import minimize
 from scipy.special import log_softmax, logsumexp, softmax
 
 from kernelref._validation import (
@@ -41,6 +40,7 @@ from kernelref._validation import (
     record_n_features,
 )
 from kernelref.base import BaseEstimator, ClassifierMixin
+from kernelref.gp_restarts import best_of_restarts, lbfgs
 from kernelref.kernels import RBF, Kernel
 from kernelref.kernels.base import restart_bounds
 from kernelref.laplace import TOL, damped_newton
@@ -347,21 +347,23 @@ class SoftmaxGaussianProcessClassifier(ClassifierMixin, BaseEstimator):
         return mode.log_evidence, softmax_evidence_gradient(kernel, X, K, Y, mode)
 
     def _learn_theta(self, kernel, X, Y):
+        """Maximise log q(y | X, θ) (label ``gpcm-evidence``) over log θ within the
+        log bounds, from the kernel's θ and ``n_restarts`` uniform draws
+        (``best_of_restarts``)."""
+
         def negative_evidence(theta):
             value, gradient = self._evidence(kernel.clone_with_theta(theta), X, Y, True)
             return -value, -gradient
 
-        bounds = kernel.bounds
-        rng = np.random.default_rng(self.random_state)
-        starts = [kernel.theta] + [
-            rng.uniform(bounds[:, 0], bounds[:, 1]) for _ in range(self.n_restarts)
-        ]
-        optima = [
-            minimize(negative_evidence, t0, jac=True, method="L-BFGS-B", bounds=bounds)
-            for t0 in starts
-        ]
-        best = min(optima, key=lambda result: result.fun)
-        return kernel.clone_with_theta(best.x)
+        best_theta, _ = best_of_restarts(
+            lbfgs,
+            negative_evidence,
+            kernel.theta,
+            kernel.bounds,
+            self.n_restarts,
+            self.random_state,
+        )
+        return kernel.clone_with_theta(best_theta)
 
     def fit(self, X, y):
         """Find the hyperparameters (with an optimizer) and the mode for `X`, `y`."""
