@@ -12,6 +12,7 @@ import functools
 import threading
 
 import numpy as np
+import scipy.sparse
 
 from backends.dask.integrity import record_chunk
 
@@ -133,10 +134,16 @@ def kernel_block(kernel, X, Y, out=None, x_norms=None, y_norms=None):
     itself); the result is a view of it. For the RBF kernel ‖x‖² and ‖y‖² may
     be passed (``x_norms``, ``y_norms``); the inputs should be centred (a
     common shift changes no distance) so that the expansion loses little to
-    cancellation. Other kernels are evaluated by ``kernel(X, Y)``.
+    cancellation. Other kernels, and ``scipy.sparse`` X or Y (the kernels'
+    own sparse products, never densified), are evaluated by ``kernel(X, Y)``.
     """
     elementwise = _ELEMENTWISE.get(type(kernel).__name__)
-    if elementwise is None or type(kernel).__module__ != "kernelref.kernels.vector":
+    if (
+        elementwise is None
+        or type(kernel).__module__ != "kernelref.kernels.vector"
+        or scipy.sparse.issparse(X)
+        or scipy.sparse.issparse(Y)
+    ):
         block = kernel(X, Y)
         if out is None:
             return block
@@ -177,8 +184,11 @@ COLUMN_BLOCK = 1024
 def product_rows(X, kernel, Y, coef):
     """k(X, Y) @ coef, forming the kernel in blocks of ``BLOCK_ENTRIES`` entries.
 
-    `coef` is (m,) or (m, P); X and Y are centred by the same shift.
+    `coef` is (m,) or (m, P); X and Y are centred by the same shift, or are
+    both ``scipy.sparse`` CSR (uncentred: ``sparse_product_rows``).
     """
+    if scipy.sparse.issparse(X):
+        return sparse_product_rows(X, kernel, Y, coef)
     out = np.zeros((len(X),) + coef.shape[1:])
     width = min(COLUMN_BLOCK, max(1, len(Y)))
     height = max(1, BLOCK_ENTRIES // width)
@@ -193,4 +203,21 @@ def product_rows(X, kernel, Y, coef):
                 kernel, X[rows], Y[cols], buffer, x_norms[rows], y_norms[cols]
             )
             out[rows] += block @ coef[cols]
+    return out
+
+
+def sparse_product_rows(X, kernel, Y, coef):
+    """k(X, Y) @ coef for CSR X and Y, by the kernel's own sparse products
+    (``kernelref.kernels.vector``: inner products XYᵀ and the stored entries'
+    norms), in blocks of about ``BLOCK_ENTRIES`` dense kernel entries; only the
+    blocks are dense, never X or Y."""
+    n, m = X.shape[0], Y.shape[0]
+    out = np.zeros((n,) + coef.shape[1:])
+    width = min(COLUMN_BLOCK, max(1, m))
+    height = max(1, BLOCK_ENTRIES // width)
+    for first in range(0, n, height):
+        rows = slice(first, first + height)
+        for start in range(0, m, width):
+            cols = slice(start, start + width)
+            out[rows] += kernel(X[rows], Y[cols]) @ coef[cols]
     return out

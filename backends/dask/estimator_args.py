@@ -32,18 +32,41 @@ __all__ = [
 ]
 
 
-def dense(X):
-    """The reference's validated X as a fit store or a Gram store takes it: a
-    scipy.sparse matrix densified (N × D must then fit the client), else X. The
-    fitted state keeps the reference's X (sparse stays sparse)."""
-    return X.toarray() if scipy.sparse.issparse(X) else X
+#: Sparse X whose dense form would exceed this many bytes is refused by the
+#: estimators that still store X densely (``dense``), instead of densified.
+DENSE_LIMIT_BYTES = 2**30
+
+#: The backend estimators that keep sparse X sparse (CSR in the fit store).
+SPARSE_BACKENDS = "backends.dask.SVC, NuSVC, SVR, NuSVR and OneClassSVM"
+
+
+def dense(X, name="X"):
+    """The reference's validated X as a fit store of an estimator that stores X
+    densely takes it: a scipy.sparse matrix densified, else X. The fitted state
+    keeps the reference's X (sparse stays sparse). Sparse X whose dense form
+    would exceed ``DENSE_LIMIT_BYTES`` is refused, naming `name` and the fix
+    (the SVMs keep sparse X sparse: ``backends.dask.sparse_rows``)."""
+    if not scipy.sparse.issparse(X):
+        return X
+    n, d = X.shape
+    if 8 * n * d > DENSE_LIMIT_BYTES:
+        raise ValueError(
+            f"{name} is a scipy.sparse matrix of shape ({n}, {d}) with {X.nnz} "
+            f"stored entries; its dense form would take {8 * n * d / 2**30:.3g} GiB, "
+            f"more than the {DENSE_LIMIT_BYTES / 2**30:g} GiB this backend "
+            "estimator densifies sparse input to (it stores X densely). Fit "
+            f"{SPARSE_BACKENDS}, which keep sparse X sparse, or the reference "
+            "estimator of kernelref, which computes kernel rows from sparse "
+            f"products; or reduce {name}'s columns."
+        )
+    return X.toarray()
 
 
 def dense_samples(X, kernel, name="X"):
     """X checked as the reference checks it for `kernel` (scipy.sparse where the
     kernel takes it), then ``dense``: for estimators whose fitted state and
     predictions are computed from the fit store's dense rows."""
-    return dense(check_samples(X, kernel, name, accept_sparse="kernel"))
+    return dense(check_samples(X, kernel, name, accept_sparse="kernel"), name)
 
 
 #: Arguments that change how a fit runs, never what it computes: a store is

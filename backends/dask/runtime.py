@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from backends.dask import sparse_rows
 from backends.dask.estimator_args import check_progress
 from backends.dask.waiting import WorkerPausedError, compute, finished, gather
 from kernelref._validation import check_integer
@@ -74,13 +75,15 @@ class ChunkRef:
     """Names rows of an array in a store: small, picklable, hashable.
 
     ``token`` changes whenever the data at ``path`` is (re)written, so a
-    worker's cached chunks of earlier data are never used.
+    worker's cached chunks of earlier data are never used. ``sparse``: the
+    rows are stored as CSR (``backends.dask.sparse_rows``) and read as CSR.
     """
 
     path: str
     chunk_size: int
     n: int
     token: str
+    sparse: bool = False
 
     def rows(self, i):
         return slice(i * self.chunk_size, min((i + 1) * self.chunk_size, self.n))
@@ -104,15 +107,20 @@ class _ChunkCache:
         with self.lock:
             if key in self.items:
                 self.items.move_to_end(key)
-                return self.items[key]
-        value = np.ascontiguousarray(self._array(ref)[ref.rows(i)], dtype=np.float64)
-        value.setflags(write=False)
+                return self.items[key][0]
+        if ref.sparse:
+            value = sparse_rows.read_rows(ref.path, ref.rows(i))
+            size = sparse_rows.nbytes(value)
+        else:
+            value = np.ascontiguousarray(self._array(ref)[ref.rows(i)], np.float64)
+            value.setflags(write=False)
+            size = value.nbytes
         with self.lock:
-            self.items[key] = value
-            self.size += value.nbytes
+            self.items[key] = value, size
+            self.size += size
             while self.size > self.limit and len(self.items) > 1:
-                _, old = self.items.popitem(last=False)
-                self.size -= old.nbytes
+                _, (_, old) = self.items.popitem(last=False)
+                self.size -= old
         return value
 
     def _array(self, ref):
@@ -129,7 +137,8 @@ _cache = _ChunkCache(CHUNK_CACHE_BYTES)
 
 
 def read_chunk(ref, i):
-    """On a worker: the rows of chunk `i` of the array `ref` names, as float64.
+    """On a worker: the rows of chunk `i` of the array `ref` names, as float64
+    (CSR when the store holds X sparse).
 
     Read once from the store and kept (read-only) while the cache has room.
     """
@@ -146,7 +155,10 @@ def _sha256_rows(array, n):
 
 
 def fingerprint(X):
-    """The data's identity: shape and sha256 (numpy, Zarr) or dask's token."""
+    """The data's identity: shape and sha256 (numpy, Zarr, scipy.sparse) or
+    dask's token."""
+    if sparse_rows.is_sparse(X):
+        return sparse_rows.fingerprint(X)
     if _is_dask(X):
         from dask.base import tokenize
 
@@ -217,8 +229,10 @@ class FitStore:
         """Open the fit store at `path` for `X` and `identity`, writing the data once.
 
         `path` None makes a temporary directory, removed at exit. `X` is a
-        numpy array, a ``zarr.Array`` (read in place) or a dask array (written
-        by the cluster); `arrays` maps names to numpy arrays of N rows.
+        numpy array, a ``zarr.Array`` (read in place), a dask array (written
+        by the cluster) or ``scipy.sparse`` (written as CSR, never densified:
+        ``backends.dask.sparse_rows``); `arrays` maps names to numpy arrays of
+        N rows.
         `identity` is a JSON-able description of the fit (estimator,
         formulation, hyperparameters, kernel). A store at `path` made for
         other data, another identity, another chunk size or by another format
@@ -287,6 +301,8 @@ class FitStore:
         chunk_size = attrs["chunk_size"]
         if _is_zarr(X):
             attrs["x_path"] = str(pathlib.Path(str(X.store.root)) / X.path)
+        elif sparse_rows.is_sparse(X):
+            sparse_rows.write(group, "X", X, chunk_size)  # CSR, never densified
         else:
             _write_array(group, "X", X, chunk_size, client)
         for name, a in arrays.items():
@@ -407,6 +423,8 @@ def _refs(path, attrs):
     n, c, token = attrs["n"], attrs["chunk_size"], attrs["token"]
     names = ["X"] + [k for k in attrs["data"] if k != "X"]
     refs = {name: ChunkRef(str(path / name), c, n, token) for name in names}
+    if attrs["data"]["X"].get("layout") == "csr":
+        refs["X"] = ChunkRef(str(path / "X"), c, n, token, sparse=True)
     if attrs.get("x_path"):
         refs["X"] = ChunkRef(attrs["x_path"], c, n, token)
     return refs

@@ -27,7 +27,7 @@ import time
 import numpy as np
 
 from backends.dask.runtime import map_chunks
-from backends.dask.svm.tasks import product_chunk, product_chunk_at
+from backends.dask.svm.tasks import product_chunk, product_chunk_at, shifted
 from kernelref.svm import problems
 from kernelref.svm.solver import Solution, calculate_rho, solve
 
@@ -121,9 +121,9 @@ class BlockDecomposition:
     """The fit loop of ``runtime.run_loop`` for one QP (one binary machine).
 
     `X` is the training data on the client (for the q × q subproblem kernels),
-    centred by `shift` for the kernel blocks; `store` the fit store the
-    workers read X from; `start` computes the starting α (α⁰, or the
-    divide-and-conquer warm start).
+    centred by `shift` for the kernel blocks (sparse X: CSR, shift None);
+    `store` the fit store the workers read X from; `start` computes the
+    starting α (α⁰, or the divide-and-conquer warm start).
     """
 
     measure_name, size_name = "gap", "SVs"
@@ -158,7 +158,7 @@ class BlockDecomposition:
         tick = time.perf_counter()
         B = select_working_set(self.qp, alpha, G, state["previous"], self.q)
         U, src_B = np.unique(self.qp.src[B], return_inverse=True)
-        X_U = self.X[U] - self.shift
+        X_U = shifted(self.X[U], self.shift)
         K_U = self.kernel(X_U)
         sub_tol = max(SUB_TOL_SHARE * state["gap"], 0.5 * self.tol)
         alpha_B, _ = solve_subproblem(self.qp, alpha, G, B, K_U, src_B, sub_tol)
@@ -177,7 +177,7 @@ class BlockDecomposition:
         """k(X, Y) @ coef over every training sample, on the workers; with
         ``task=product_chunk_at``, Y holds row indices of the stored X."""
         tick = time.perf_counter()
-        if len(Y) == 0:
+        if Y.shape[0] == 0:
             return np.zeros(self.store.n)
         parts = map_chunks(
             self.client, task, self.store.x_ref, self.kernel, self.shift, Y, coef

@@ -25,14 +25,19 @@ import numpy as np
 from backends.dask.cluster import get_client
 from backends.dask.estimator_args import (
     check_backend_args,
-    dense,
     fit_identity,
     refuse_precomputed,
 )
 from backends.dask.runtime import FitStore, compute, gather, run_loop
+from backends.dask.sparse_rows import is_sparse
 from backends.dask.svm.decomposition import BlockDecomposition
 from backends.dask.svm.tasks import solve_part
-from backends.dask.svm.warm_start import partition, sub_problem, warm_start
+from backends.dask.svm.warm_start import (
+    partition,
+    partition_features,
+    sub_problem,
+    warm_start,
+)
 from kernelref._validation import check_integer
 from kernelref.exceptions import ConvergenceWarning
 from kernelref.svm import estimators as reference
@@ -50,7 +55,10 @@ STATIONARY = ("RBF", "Laplacian", "ARD")
 
 def centring_shift(kernel, X):
     """The mean of X for a stationary kernel (a common shift changes no distance
-    and centred data loses less to cancellation), else zeros (dot products)."""
+    and centred data loses less to cancellation), else zeros (dot products);
+    None for sparse X, which is never centred (the mean would make it dense)."""
+    if is_sparse(X):
+        return None
     if type(kernel).__name__ in STATIONARY:
         return X.mean(axis=0)
     return np.zeros(X.shape[1])
@@ -109,7 +117,7 @@ class _DaskSVM:
 
     # -- the backend's solve ----------------------------------------------------
     def _solve_all(self, qps, rows):
-        X = dense(rows.X)
+        X = rows.X  # the reference's validated X: sparse stays CSR, in the store too
         client = get_client(self.address)
         store = FitStore.prepare(
             self.store,
@@ -205,7 +213,7 @@ class _DaskSVM:
             parts = [
                 samples[i]
                 for i in partition(
-                    X[samples],
+                    partition_features(X[samples]),
                     self.partition_size,
                     self.random_state,
                     multiple=sum(client.nthreads().values()) or 1,
@@ -307,9 +315,11 @@ _BACKEND_DOC = """
 
     X is anything the reference takes (a list, a pandas frame, scipy.sparse for
     the kernels that take it), a Zarr array (read in place) or a dask array
-    (written by the cluster). The fit store holds X densely: sparse X is
-    densified for it (N × D must fit the client as a dense array), while the
-    fitted ``support_vectors_`` stay sparse, as the reference's.
+    (written by the cluster). Sparse X is never densified: the fit store holds
+    it as CSR (O(N + nnz) bytes, ``backends.dask.sparse_rows``), the workers
+    compute kernel blocks from sparse products as the reference does, and the
+    fitted ``support_vectors_`` stay sparse. The warm start's k-means sees
+    sparse X through a hashed projection (``warm_start.partition_features``).
 
     ``max_iter`` caps the outer iterations of the block decomposition.
     ``fit_info_`` reports, per binary machine, the solver used, the outer

@@ -7,12 +7,14 @@ an N × n_SV one) exists anywhere: the client holds O(N · machines).
 """
 
 import numpy as np
+import scipy.sparse
 
 from backends.dask.cluster import get_client
-from backends.dask.estimator_args import dense, dense_samples
 from backends.dask.runtime import FitStore, map_chunks
+from backends.dask.sparse_rows import is_sparse
 from backends.dask.svm.estimators import _is_lazy, centring_shift, materialise
-from backends.dask.svm.tasks import product_chunk, product_chunk_at
+from backends.dask.svm.tasks import product_chunk, product_chunk_at, shifted
+from kernelref._validation import check_samples
 from kernelref.svm import kkt as reference_kkt
 from kernelref.svm.multiclass import ovo_coefficients
 
@@ -44,7 +46,7 @@ def kkt_report(
     K @ coef and the decision values computed on the cluster.
 
     X (what the reference takes: a list, a pandas frame, scipy.sparse for the
-    kernels that take it, densified; or a Zarr or dask array) is written once
+    kernels that take it, kept sparse; or a Zarr or dask array) is written once
     into a fit store (`store`, or a temporary directory) in chunks of
     `chunk_size` rows.
     """
@@ -54,7 +56,7 @@ def kkt_report(
             "kkt_report on the cluster needs a kernel, not kernel='precomputed'; use "
             "kernelref.svm.kkt_report, which takes the Gram matrix as X."
         )
-    X_client = dense_samples(materialise(X), kernel)
+    X_client = check_samples(materialise(X), kernel, "X", accept_sparse="kernel")
     client = get_client(address)
     data = FitStore.prepare(
         store,
@@ -74,13 +76,15 @@ def kkt_report(
 
     try:
         D, b = pair_coefficients(estimator)
-        rows, support_vectors = estimator.support_, dense(estimator.support_vectors_)
-        if np.array_equal(support_vectors, X_client[rows]):
+        rows, support_vectors = estimator.support_, estimator.support_vectors_
+        if _same_rows(support_vectors, X_client, rows):
             # The support vectors are rows of X: the workers gather them.
             order = np.argsort(rows, kind="stable")
             task, S, D = product_chunk_at, rows[order], D[order]
         else:
-            task, S = product_chunk, support_vectors - shift
+            if is_sparse(support_vectors) and shift is not None:
+                support_vectors = support_vectors.toarray()  # X is dense here
+            task, S = product_chunk, shifted(support_vectors, shift)
         decision = (
             np.concatenate(map_chunks(client, task, data.x_ref, kernel, shift, S, D))
             + b
@@ -90,3 +94,14 @@ def kkt_report(
         )
     finally:
         data.remove_if_temporary()
+
+
+def _same_rows(S, X, rows):
+    """True when the support vectors S are the rows `rows` of X (either may be
+    sparse: then compared entry by entry, never densified)."""
+    if rows.max(initial=-1) >= X.shape[0] or S.shape != (len(rows), X.shape[1]):
+        return False
+    if is_sparse(S) or is_sparse(X):
+        S, X_rows = scipy.sparse.csr_matrix(S), scipy.sparse.csr_matrix(X[rows])
+        return (S != X_rows).nnz == 0
+    return np.array_equal(S, X[rows])

@@ -3,10 +3,14 @@
 Every task reads its rows of X from the fit store (``read_chunk``) and returns
 only its slice of the result, never a kernel block. Kernel blocks are formed
 ``COLUMN_BLOCK`` columns at a time in one reused buffer per worker thread
-(``backends.dask.blocks.kernel_block``).
+(``backends.dask.blocks.kernel_block``). Sparse X is stored and read as CSR
+rows and never centred (a shift would make it dense): its shift is None, and
+its blocks come from the kernels' sparse products
+(``backends.dask.blocks.sparse_product_rows``).
 """
 
 import numpy as np
+import scipy.sparse
 
 from backends.dask.blocks import product_rows
 from backends.dask.runtime import read_chunk
@@ -14,9 +18,14 @@ from kernelref.svm import problems
 from kernelref.svm.solver import solve
 
 
+def shifted(X, shift):
+    """X − shift, or X itself for shift None (sparse X, never centred)."""
+    return X if shift is None else X - shift
+
+
 def product_chunk(ref, i, kernel, shift, Y, coef):
     """Worker task: rows of chunk i of k(X, Y) @ coef (label ``svm-gradient``)."""
-    return product_rows(read_chunk(ref, i) - shift, kernel, Y, coef)
+    return product_rows(shifted(read_chunk(ref, i), shift), kernel, Y, coef)
 
 
 def product_chunk_at(ref, i, kernel, shift, rows, coef):
@@ -24,17 +33,25 @@ def product_chunk_at(ref, i, kernel, shift, rows, coef):
     of the stored X. The worker gathers X[rows] from its cached chunks, so a long
     list of support vectors crosses the network as indices, not as vectors."""
     return product_rows(
-        read_chunk(ref, i) - shift, kernel, gather_rows(ref, rows) - shift, coef
+        shifted(read_chunk(ref, i), shift),
+        kernel,
+        shifted(gather_rows(ref, rows), shift),
+        coef,
     )
 
 
 def gather_rows(ref, indices):
-    """Rows `indices` (sorted) of the stored X, read chunk by chunk."""
+    """Rows `indices` (sorted) of the stored X, read chunk by chunk (CSR for
+    sparse X)."""
     chunk = indices // ref.chunk_size
     parts = []
     for c in np.unique(chunk):
         rows = read_chunk(ref, int(c))
         parts.append(rows[indices[chunk == c] - c * ref.chunk_size])
+    if ref.sparse:
+        if not parts:
+            return scipy.sparse.csr_matrix((0, read_chunk(ref, 0).shape[1]))
+        return scipy.sparse.vstack(parts, format="csr")
     return np.concatenate(parts) if parts else np.empty((0, 0))
 
 

@@ -17,6 +17,7 @@ direction, so that no partition's solve dominates.
 from dataclasses import replace
 
 import numpy as np
+import scipy.sparse
 
 from backends.dask.runtime import gather
 from backends.dask.svm.tasks import solve_part
@@ -54,6 +55,29 @@ def nearest(X, centres, rows=65536):
         block = X[start : start + rows]
         out[start : start + rows] = (c2 - 2.0 * block @ centres.T).argmin(axis=1)
     return out
+
+
+#: Columns of the hashed projection through which k-means sees sparse X.
+HASHED_FEATURES = 64
+
+
+def partition_features(X):
+    """What k-means partitions: dense X itself; sparse X (N × D, D up to
+    millions) hashed to ``HASHED_FEATURES`` dense columns, column j going to
+    bucket h(j) with sign s(j) (the count sketch, which keeps inner products
+    and distances in expectation). O(nnz) work; no D-long array is formed."""
+    if not scipy.sparse.issparse(X):
+        return X
+    X = X.tocsr()
+    mixed = (X.indices.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(
+        32
+    )
+    bucket = (mixed % np.uint64(HASHED_FEATURES)).astype(np.int64)
+    sign = np.where((mixed >> np.uint64(16)) & np.uint64(1), 1.0, -1.0)
+    hashed = scipy.sparse.csr_matrix(
+        (X.data * sign, bucket, X.indptr), shape=(X.shape[0], HASHED_FEATURES)
+    )
+    return hashed.toarray()  # duplicate buckets in a row are summed
 
 
 def partition(X, size, seed, multiple=1):
