@@ -331,6 +331,22 @@ by 1e-3 nats is taken; the loop runs on; at most 2 swaps.
   as the pass moving the model, which sets off the bounded hold: 2.7-4x the CPU on
   the F2 rows).
 
+Eleventh pass, 2026-11-24 (shared machine): how the rows are measured, not the
+code. (1) Each method's time is the least of up to --repeat fits (default 3;
+fewer once a method has spent REPEAT_BUDGET = 1 s on a row), the same rule for all
+three; single 10-70 ms fits had moved rows across the 0.5 line from run to run.
+First run: 29 of 41 rows on both targets (time 29, evidence 39), median ratio
+0.36, against 27 (27, 39, 0.38) with single fits on the same code. (2) The EM-L_re
+column: the log evidence at the alpha and beta where sklearn-rvm's EM stopped
+(rvm-posterior on its relevance vectors and bias; it reports none itself; the same
+number from a Cholesky factor of C), against re-estimation's. Its stop (the
+largest change of log alpha between two iterations below 1e-3, from alpha =
+1/N^2) comes early on wide kernels: 342-355 nats below re-estimation on F1 c=1,
+2532-2844 on F3 c=4 and 10 665-10 868 on F1 c=4, where EM is the faster peer that
+sets the time target (the default ends 1.3-9.4 nats above re-estimation there).
+The target is the issue's and is kept; the summary line says on how many of the
+rows over it the faster peer is an EM stopped so.
+
 sklearn-rvm (``pip install sklearn-rvm``) is a benchmark-only peer; where it does
 not import, the benchmark says so and compares with re-estimation alone. Its EM
 reports no evidence, so only its time and vector count are shown.
@@ -342,7 +358,9 @@ import warnings
 
 import numpy as np
 
+from kernelref.kernels.base import squared_distances
 from kernelref.rvm import RVR
+from kernelref.rvm.design import posterior
 from kernelref.rvm.regression import ConvergenceWarning
 
 #: Tipping's Gaussian kernel of width 3: exp(-(x - x')^2/(2*3^2)).
@@ -423,13 +441,24 @@ def compare(X, t, gamma, EMRVR, repeat=1):
         slow_ok=slow_ok,
         t_em=np.nan,
         m_em=-1,
+        L_em=np.nan,
     )
     if EMRVR is not None:
         em, row["t_em"], _ = timed_fit(
             lambda: EMRVR(kernel="rbf", gamma=gamma), X, t, repeat
         )
         row["m_em"] = len(em.relevance_)
+        row["L_em"] = em_log_evidence(em, X, t, gamma)
     return row
+
+
+def em_log_evidence(em, X, t, gamma):
+    """The log evidence where sklearn-rvm's EM stopped: (rvm-posterior) at its α
+    and β on its relevance vectors (and bias), which it does not report itself."""
+    Phi = np.exp(-gamma * squared_distances(X, em.relevance_vectors_))
+    if em.bias_used:
+        Phi = np.column_stack([np.ones(len(X)), Phi])
+    return posterior(Phi, t, em.alpha_, em.beta_).log_evidence
 
 
 def print_row(name, r):
@@ -437,12 +466,15 @@ def print_row(name, r):
     print(
         f"  {name:24s} {r['t_fast']:7.3f} {r['t_slow']:7.3f} {r['t_em']:7.3f} "
         f"{r['t_fast'] / peer:6.2f} {r['L_fast']:10.2f} "
-        f"{r['L_fast'] - r['L_slow']:+8.2f} "
+        f"{r['L_fast'] - r['L_slow']:+8.2f} {r['L_em'] - r['L_slow']:+9.2f} "
         f"{r['m_fast']:4d} {r['m_slow']:4d} {r['m_em']:4d} {r['it_fast']:6d} "
         f"{r['fresh']:5d} {r['it_slow']:6d}",
         flush=True,
     )
-    return r["t_fast"] / peer, r["L_fast"] - r["L_slow"]
+    # the faster peer's own evidence against re-estimation's (0: re-estimation)
+    em_faster = r["t_em"] < r["t_slow"]
+    peer_gap = r["L_em"] - r["L_slow"] if em_faster else 0.0
+    return r["t_fast"] / peer, r["L_fast"] - r["L_slow"], peer_gap
 
 
 def main(argv=None):
@@ -483,11 +515,11 @@ def main(argv=None):
         )
     print(
         f"  {'problem':24s} {'fast/s':>7s} {'re/s':>7s} {'EM/s':>7s} {'ratio':>6s} "
-        f"{'L fast':>10s} {'L-L_re':>8s} {'RVs':>4s} {'re':>4s} {'EM':>4s} "
-        f"{'iters':>6s} "
+        f"{'L fast':>10s} {'L-L_re':>8s} {'EM-L_re':>9s} "
+        f"{'RVs':>4s} {'re':>4s} {'EM':>4s} {'iters':>6s} "
         f"{'fact':>5s} {'re it':>6s}"
     )
-    ratios, gaps = [], []
+    ratios, gaps, peer_gaps = [], [], []
     for k in (1, 2, 3):
         for c in FRIEDMAN_C:
             for scaled in (False, True):
@@ -495,16 +527,18 @@ def main(argv=None):
                     X, t = friedman_data(k, 240, seed, scaled)
                     name = f"F{k} c={c:g} {'scaled' if scaled else 'raw'} s{seed}"
                     r = compare(X, t, c / X.shape[1], EMRVR, args.repeat)
-                    ratio, gap = print_row(name, r)
+                    ratio, gap, peer_gap = print_row(name, r)
                     ratios.append(ratio)
                     gaps.append(gap)
+                    peer_gaps.append(peer_gap)
     for seed in range(5):
         X, t = sinc_data(100, seed)
         r = compare(X, t, SINC_GAMMA, EMRVR, args.repeat)
-        ratio, gap = print_row(f"sinc N=100 s{seed}", r)
+        ratio, gap, peer_gap = print_row(f"sinc N=100 s{seed}", r)
         ratios.append(ratio)
         gaps.append(gap)
-    ratios, gaps = np.array(ratios), np.array(gaps)
+        peer_gaps.append(peer_gap)
+    ratios, gaps, peer_gaps = np.array(ratios), np.array(gaps), np.array(peer_gaps)
     print(
         f"  target: ratio <= 0.5 and L - L_re >= -0.5 on every row; met on "
         f"{int(np.sum((ratios <= 0.5) & (gaps >= -0.5)))} of {len(ratios)} rows "
@@ -512,6 +546,14 @@ def main(argv=None):
         f"{int(np.sum(gaps >= -0.5))}); median ratio {np.median(ratios):.2f}, "
         f"worst evidence gap {gaps.min():+.2f} nats"
     )
+    early = (ratios > 0.5) & (peer_gaps < -0.5)
+    if early.any():
+        print(
+            f"  of the {int(np.sum(ratios > 0.5))} rows over the time target, "
+            f"{int(early.sum())} have EM as the faster peer and EM stopping "
+            f"{-peer_gaps[early].max():.0f} to {-peer_gaps[early].min():.0f} nats "
+            "below re-estimation's evidence (EM-L_re)"
+        )
 
     if not args.skip_large:
         large_sinc(args.n_large, args.repeat)
