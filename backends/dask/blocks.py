@@ -78,9 +78,9 @@ def write_blocks(path, build_token, X, kernel, blocks, chunk_size):
     is a finished block, even when the build was interrupted; its checksum is
     recorded after it (``backends.dask.integrity``), so a chunk without one is
     not trusted. Writing on the worker keeps the blocks off the network.
-    Returns the number of blocks.
+    Returns the number of blocks. X may be CSR (the kernel's sparse products).
     """
-    n = len(X)
+    n = X.shape[0]
     K_store = _open_gram_array(path, build_token)
     for i, j in blocks:
         rows, cols = block_slice(i, n, chunk_size), block_slice(j, n, chunk_size)

@@ -36,8 +36,11 @@ __all__ = [
 #: estimators that still store X densely (``dense``), instead of densified.
 DENSE_LIMIT_BYTES = 2**30
 
-#: The backend estimators that keep sparse X sparse (CSR in the fit store).
-SPARSE_BACKENDS = "backends.dask.SVC, NuSVC, SVR, NuSVR and OneClassSVM"
+#: The backend estimators that keep sparse X sparse (CSR in their stores).
+SPARSE_BACKENDS = (
+    "backends.dask.SVC, NuSVC, SVR, NuSVR, OneClassSVM, KernelPCA or "
+    "KernelRidge(solver='cholesky')"
+)
 
 
 def dense(X, name="X"):

@@ -43,8 +43,10 @@ from backends.dask.integrity import (
     verify_chunk,
 )
 from backends.dask.runtime import finished
+from backends.dask.sparse_rows import fingerprint as sparse_fingerprint
+from backends.dask.sparse_rows import is_sparse
 from kernelref._validation import check_array, check_integer
-from kernelref.kernels import Kernel
+from kernelref.kernels import Kernel, accepts_sparse
 
 FORMAT = "kernelref.gram_store"
 FORMAT_VERSION = 1
@@ -52,7 +54,10 @@ COMPRESSORS = (None, "lz4")
 
 
 def fingerprint(X):
-    """sha256 of X's float64 bytes (C order) and its shape: the data's identity."""
+    """sha256 of X's float64 bytes (C order) and its shape: the data's identity
+    (for scipy.sparse X, of its canonical CSR arrays: ``sparse_rows``)."""
+    if is_sparse(X):
+        return sparse_fingerprint(X)
     X = np.ascontiguousarray(X, dtype=np.float64)
     digest = hashlib.sha256(repr(X.shape).encode())
     digest.update(X.tobytes())
@@ -176,9 +181,8 @@ class GramStore:
             )
         fix = "rebuild it with GramStore.build(path, X, kernel, overwrite=True)"
         if X is not None:
-            mismatch = _data_mismatch(
-                path, store.attrs, fingerprint(check_array(X, "X"))
-            )
+            X = check_array(X, "X", accept_sparse=True)
+            mismatch = _data_mismatch(path, store.attrs, fingerprint(X))
             if mismatch:
                 raise ValueError(f"{mismatch}; pass the X it was built from, or {fix}.")
         if kernel is not None:
@@ -206,7 +210,9 @@ class GramStore:
     ):
         """Compute the blocks (i, j), i ≥ j, of k(X, X) on the cluster and write them.
 
-        Implements (gram-lower-blocks). X is scattered to the workers once;
+        Implements (gram-lower-blocks). X is scattered to the workers once
+        (``scipy.sparse`` X as CSR, never densified, for the kernels that take
+        it: the blocks come from the kernel's sparse products);
         each worker writes its blocks straight to `path`, which must be on a
         file system the workers see. ``compressor`` is None (uncompressed:
         kernel values hardly compress) or ``"lz4"`` (Blosc-lz4).
@@ -224,8 +230,8 @@ class GramStore:
         ``waiting.PAUSE_GRACE_SECONDS``) instead of hanging it; the blocks
         written so far stay, and a build with more memory resumes from them.
         """
-        X = check_array(X, "X")
         kernel = _check_kernel(kernel)
+        X = check_array(X, "X", accept_sparse=accepts_sparse(kernel))
         chunk_size = _check_chunk_size(chunk_size)
         if compressor not in COMPRESSORS:
             raise ValueError(
@@ -267,7 +273,7 @@ class GramStore:
         import zarr
         from zarr.codecs import BloscCodec
 
-        n = len(X)
+        n = X.shape[0]
         # The attributes come with the group, so a creation cut short still
         # reads as an (incomplete) Gram store that a later build may replace.
         group = zarr.open_group(

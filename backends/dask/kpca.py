@@ -25,11 +25,7 @@ import numpy as np
 
 from backends.dask.blocks import kernel_block
 from backends.dask.cluster import get_client
-from backends.dask.estimator_args import (
-    check_backend_args,
-    dense,
-    refuse_precomputed,
-)
+from backends.dask.estimator_args import check_backend_args, refuse_precomputed
 from backends.dask.runtime import FitStore, map_chunks, read_chunk, run_loop
 from kernelref._validation import check_integer
 from kernelref.kpca import KernelPCA as ReferenceKernelPCA
@@ -38,9 +34,10 @@ __all__ = ["KernelPCA"]
 
 
 def gram_times(x_ref, i, kernel, B):
-    """Row chunk i of K B, K's tiles computed on the worker from the stored inputs."""
+    """Row chunk i of K B, K's tiles computed on the worker from the stored inputs
+    (CSR rows for sparse X: the kernel's own sparse products)."""
     X_i = read_chunk(x_ref, i)
-    out = np.zeros((len(X_i), B.shape[1]))
+    out = np.zeros((X_i.shape[0], B.shape[1]))
     for j in range(x_ref.n_chunks):
         rows = x_ref.rows(j)
         K_ij = (
@@ -162,6 +159,8 @@ class KernelPCA(ReferenceKernelPCA):
     store, chunk_size, address, progress, resume
         The fit store (inputs in row chunks and the checkpointed Krylov basis),
         rows per chunk, the scheduler, progress and resumption (``runtime``).
+        ``scipy.sparse`` X is stored as CSR rows and never densified; its kernel
+        tiles come from the kernel's sparse products (``sparse_rows``).
 
     Attributes
     ----------
@@ -260,7 +259,7 @@ class KernelPCA(ReferenceKernelPCA):
         }
         store = FitStore.prepare(
             self.store,
-            dense(X),  # sparse X densified for the store; X_fit_ keeps it sparse
+            X,  # sparse X is stored as CSR (sparse_rows), never densified
             identity=identity,
             chunk_size=self.chunk_size,
             client=client,

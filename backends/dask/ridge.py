@@ -26,9 +26,11 @@ tiles as it reads them (the factor is reused only for the same weights); CG
 iterates with v ↦ s^½ ∘ K(s^½ ∘ v) + λv; Nyström solves the weighted problem on
 the centres' span (``nystrom-weighted``).
 
-X is what the reference takes (scipy.sparse included, densified for the stores
-while ``X_fit_`` stays sparse); X (N × D, dense) must fit in the client's
-memory; the N × N Gram matrix need not fit in any worker's.
+X is what the reference takes (scipy.sparse included: kept sparse by
+``solver="cholesky"``, whose Gram blocks come from sparse products; densified
+for the fit stores of "cg" and "nystrom", which refuse it beyond 1 GiB dense;
+``X_fit_`` stays sparse); X must fit in the client's memory; the N × N Gram
+matrix need not fit in any worker's.
 ``kernel="precomputed"`` is refused: a precomputed Gram matrix is one the caller
 already holds in memory, which the reference solves directly.
 """
@@ -233,7 +235,9 @@ class KernelRidge(ReferenceKernelRidge):
         """
         self._validate_backend()
         lam, X_given, t, s, kernel = self._validate(X, y, sample_weight)
-        X = dense(X_given)  # what the stores hold; X_fit_ keeps the reference's
+        # The Gram store takes sparse X as CSR; the fit stores of "cg" and
+        # "nystrom" hold X densely. X_fit_ keeps the reference's X.
+        X = X_given if self.solver == "cholesky" else dense(X_given)
         client = get_client(self.address)
         X_fit = X_given
         if self.solver == "cholesky":

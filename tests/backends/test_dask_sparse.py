@@ -17,6 +17,7 @@ pytest.importorskip("distributed")
 
 from test_dask_svm import worker_peak_bytes  # noqa: E402
 
+from backends.dask import GaussianProcessRegressor as DaskGPR  # noqa: E402
 from backends.dask import KernelPCA as DaskKernelPCA  # noqa: E402
 from backends.dask import KernelRidge as DaskKernelRidge  # noqa: E402
 from backends.dask import sparse_rows  # noqa: E402
@@ -25,6 +26,9 @@ from backends.dask.integrity import DamagedChunkError  # noqa: E402
 from backends.dask.runtime import FitStore, read_chunk  # noqa: E402
 from backends.dask.svm.tasks import gather_rows  # noqa: E402
 from kernelref import svm as reference  # noqa: E402
+from kernelref.kernels import RBF  # noqa: E402
+from kernelref.kpca import KernelPCA  # noqa: E402
+from kernelref.ridge import KernelRidge  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -183,12 +187,68 @@ def test_two_million_columns_are_never_densified(client, tmp_path):
         assert max(after[w] - before[w] for w in after) < 256 * 2**20
 
 
-@pytest.mark.parametrize("Estimator", [DaskKernelRidge, DaskKernelPCA])
-def test_dense_stores_refuse_large_sparse_x(Estimator, client):
+def assert_kpca_and_ridge_equal_the_reference(X, y, Xt, client, chunk_size, stores):
+    """KernelPCA (block Krylov over the CSR fit store) and KernelRidge
+    (solver="cholesky", Gram blocks from CSR rows) against the reference's
+    fits on the same sparse X, in `stores` (two paths, or None)."""
+    backend = dict(
+        progress=False, address=client.scheduler.address, chunk_size=chunk_size
+    )
+    pca_store, ridge_store = stores
+    ref_pca = KernelPCA(4, gamma=0.5, eigen_solver="dense").fit(X)
+    pca = DaskKernelPCA(4, gamma=0.5, random_state=0, store=pca_store, **backend)
+    pca.fit(X)
+    assert scipy.sparse.issparse(pca.X_fit_)
+    np.testing.assert_allclose(pca.eigenvalues_, ref_pca.eigenvalues_, rtol=1e-6)
+    scale = np.abs(ref_pca.transform(Xt)).max()
+    np.testing.assert_allclose(
+        pca.transform(Xt), ref_pca.transform(Xt), rtol=0, atol=1e-6 * scale
+    )
+    ref_ridge = KernelRidge(lam=0.5, gamma=0.5).fit(X, y)
+    ridge = DaskKernelRidge(lam=0.5, gamma=0.5, store=ridge_store, **backend)
+    ridge.fit(X, y)
+    np.testing.assert_allclose(ridge.dual_coef_, ref_ridge.dual_coef_, atol=1e-10)
+    np.testing.assert_allclose(ridge.predict(Xt), ref_ridge.predict(Xt), atol=1e-10)
+
+
+def test_sparse_kernel_pca_and_ridge_equal_the_reference(client):
+    """Several chunks of CSR rows: the reference's eigenpairs and ridge."""
+    X, y = text_like(150, 20_000, 2e-3, seed=8)
+    Xt, _ = text_like(30, 20_000, 2e-3, seed=9)
+    assert_kpca_and_ridge_equal_the_reference(X, y, Xt, client, 48, (None, None))
+
+
+def test_two_million_columns_kernel_pca_and_ridge(client, tmp_path):
+    """The 4.8 GB-dense X of the SVM test: KernelPCA's fit store and
+    KernelRidge's Gram store take it as CSR; the client allocates a few MB."""
+    X, y = text_like(300, 2_000_000, 1e-5, seed=10)
+    Xt, _ = text_like(40, 2_000_000, 1e-5, seed=11)
+    tracemalloc.start()
+    try:
+        stores = tmp_path / "pca", tmp_path / "ridge"
+        assert_kpca_and_ridge_equal_the_reference(X, y, Xt, client, 100, stores)
+        _, client_peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert client_peak < 8 * X.shape[0] * X.shape[1] / 64  # 75 MB
+    stored = sum(f.stat().st_size for f in (tmp_path / "pca" / "X").rglob("*"))
+    assert stored < 16 * X.nnz + 8 * X.shape[0] + 100_000
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda address: DaskKernelRidge(gamma=0.5, solver="cg", address=address),
+        lambda address: DaskGPR(kernel=RBF(0.5), optimizer=None, address=address),
+    ],
+    ids=["KernelRidge-cg", "GaussianProcessRegressor"],
+)
+def test_dense_stores_refuse_large_sparse_x(make, client):
     """Estimators that store X densely refuse sparse X whose dense form would
     take 4.8 GB, naming X and the estimators that keep it sparse, before any
     work (they densified it silently)."""
     X, y = text_like(300, 2_000_000, 1e-5, seed=7)
-    estimator = Estimator(gamma=0.5, progress=False, address=client.scheduler.address)
+    estimator = make(client.scheduler.address)
+    estimator.set_params(progress=False)
     with pytest.raises(ValueError, match=r"X is a scipy\.sparse matrix .* 4\.47 GiB"):
-        estimator.fit(X, y) if Estimator is DaskKernelRidge else estimator.fit(X)
+        estimator.fit(X, y)
