@@ -271,11 +271,18 @@ FastResult = namedtuple(
 )
 
 
-def unit_columns(Phi):
+def unit_columns(Phi, overwrite=False):
     """Φ with every nonzero column divided by its norm c_i, and the norms c
-    (0 for a zero column): the scaling SparseBayes works in."""
+    (0 for a zero column): the scaling SparseBayes works in. With ``overwrite``,
+    Φ itself is divided (the same quotients): where Φ is the caller's scratch, the
+    N × P array a new quotient would take is not allocated (measured at N = 2000:
+    65 ms of a 130 ms fit, most of it the first touch of the new pages)."""
     scales = np.sqrt(np.einsum("np,np->p", Phi, Phi))
-    return Phi / np.where(scales > 0, scales, 1.0), scales
+    divisor = np.where(scales > 0, scales, 1.0)
+    if overwrite:
+        Phi /= divisor
+        return Phi, scales
+    return Phi / divisor, scales
 
 
 def on_user_scale(result, scales):
@@ -792,12 +799,13 @@ def moved(previous, final):
     return not np.array_equal(np.sort(previous.active), np.sort(final.active))
 
 
-def fast_regression(Phi, t, *, beta_schedule="auto", **settings):
+def fast_regression(Phi, t, *, beta_schedule="auto", copy=True, **settings):
     """The fast algorithm with the noise precision β learnt on one of the schedules
     (`fast_schedule`), on Φ's columns scaled to unit norm once for all runs; the
-    result is on the scale of Φ's columns."""
+    result is on the scale of Φ's columns. With ``copy=False`` the columns are
+    scaled in place (Φ is the caller's scratch: `unit_columns`)."""
     check_beta_schedule(beta_schedule)
-    Phi_unit, scales = unit_columns(Phi)  # once, for every run
+    Phi_unit, scales = unit_columns(Phi, overwrite=not copy)  # once, for every run
     result = fast_schedule(Phi_unit, scales > 0, t, beta_schedule, **settings)
     return on_user_scale(result, scales)
 

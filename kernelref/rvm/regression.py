@@ -236,6 +236,7 @@ class RVR(RegressorMixin, BaseEstimator):
         return fast_regression(
             Phi,
             t,
+            copy=False,  # Φ is this fit's own: scaled in place
             beta_schedule=self.beta_schedule,
             max_iter=self.max_iter,
             tol=self.tol,

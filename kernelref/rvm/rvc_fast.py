@@ -155,7 +155,7 @@ def dense_approximation(Phi, a, t, likelihood, active=None):
     if whitened is not None:
         return whitened(a, t, likelihood)
     Phi_tilde, t_tilde = likelihood.whiten(Phi, a, t)
-    Phi_unit, scales = unit_columns(Phi_tilde)
+    Phi_unit, scales = unit_columns(Phi_tilde, overwrite=True)  # Φ̃ is new
     return Phi_unit, scales, t_tilde
 
 

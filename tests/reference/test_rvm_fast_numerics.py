@@ -24,6 +24,7 @@ from kernelref.rvm.fast import (
     fast_marginal_likelihood,
     fast_regression,
     sparsity_quality,
+    unit_columns,
 )
 
 EPS = np.finfo(float).eps
@@ -369,3 +370,20 @@ def test_auto_hold_stops_within_its_budgets():
     assert result.log_evidence == max(kept)
     L = posterior(Phi[:, result.active], t, result.alpha, result.beta).log_evidence
     assert result.log_evidence == pytest.approx(L, abs=1e-8)
+
+
+def test_fast_regression_scales_in_place_only_when_told():
+    """copy=False scales the caller's Φ in place (unit_columns(overwrite=True)),
+    with the same result bit for bit; the default leaves Φ as it was."""
+    rng = np.random.default_rng(4)
+    x = rng.uniform(-10, 10, 80)
+    t = np.sinc(x / np.pi) + 0.1 * rng.normal(size=80)
+    Phi = design_matrix(RBF(1 / 18), x[:, None], x[:, None], True)
+    kept = Phi.copy()
+    copied = fast_regression(Phi, t)
+    np.testing.assert_array_equal(Phi, kept)
+    in_place = fast_regression(Phi, t, copy=False)
+    np.testing.assert_array_equal(Phi, unit_columns(kept)[0])
+    assert in_place.log_evidence == copied.log_evidence
+    np.testing.assert_array_equal(in_place.alpha, copied.alpha)
+    np.testing.assert_array_equal(in_place.mu, copied.mu)
