@@ -32,6 +32,7 @@ import weakref
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse
 from scipy.linalg import LinAlgError, cho_factor, cho_solve, eigh
 
 from backends.dask.blocks import kernel_block, reusable_buffer
@@ -100,24 +101,30 @@ def _is_rbf(kernel):
 def kernel_shift(kernel, X):
     """A common shift of the rows that changes no RBF entry (the mean), so the
     expansion ‖x‖² + ‖y‖² − 2xᵀy in ``kernel_block`` loses little to
-    cancellation; None for other kernels, whose values a shift would change."""
+    cancellation; None for other kernels, whose values a shift would change, and
+    for ``scipy.sparse`` X (shifted, it would be dense)."""
+    if scipy.sparse.issparse(X):
+        return None
     return np.asarray(X, dtype=np.float64).mean(axis=0) if _is_rbf(kernel) else None
 
 
 def centred_chunk(ref, j, shift):
-    """On a worker: chunk j of the store's X, shifted, and its squared row norms."""
+    """On a worker: chunk j of the store's X, shifted, and its squared row norms
+    (CSR rows of sparse X, unshifted, with the norms of their stored entries)."""
     X_j = read_chunk(ref, j)
     if shift is not None:
         X_j = X_j - shift
+    if scipy.sparse.issparse(X_j):
+        return X_j, np.asarray(X_j.multiply(X_j).sum(axis=1)).ravel()
     return X_j, np.einsum("ij,ij->i", X_j, X_j)
 
 
 def tiled_product(kernel, X_rows, x_norms, Y, y_norms, V, out, buffer):
     """out += k(X_rows, Y) V, one reused ``TILE_ROWS`` × ``TILE_COLS`` tile at a
     time."""
-    for c0 in range(0, len(Y), TILE_COLS):
+    for c0 in range(0, Y.shape[0], TILE_COLS):
         cols = slice(c0, c0 + TILE_COLS)
-        for r0 in range(0, len(X_rows), TILE_ROWS):
+        for r0 in range(0, X_rows.shape[0], TILE_ROWS):
             rows = slice(r0, r0 + TILE_ROWS)
             tile = kernel_block(
                 kernel, X_rows[rows], Y[cols], buffer, x_norms[rows], y_norms[cols]
@@ -129,7 +136,7 @@ def tiled_product(kernel, X_rows, x_norms, Y, y_norms, V, out, buffer):
 def gram_rows_times(ref, i, V, kernel, shift):
     """Worker task: rows i of K V = Σ_j k(X_i, X_j) V_j, X read from the store."""
     X_i, x_norms = centred_chunk(ref, i, shift)
-    out = np.zeros((len(X_i), V.shape[1]))
+    out = np.zeros((X_i.shape[0], V.shape[1]))
     buffer = reusable_buffer(TILE_ROWS * TILE_COLS)
     for j in range(ref.n_chunks):
         X_j, y_norms = centred_chunk(ref, j, shift)
@@ -244,7 +251,7 @@ def auto_rank_cap(n):
 
 def auto_pivoted_cholesky(kernel, X, lam, weights=None):
     """``pivoted_cholesky`` with its rank chosen from the spectrum it measures."""
-    n = len(X)
+    n = X.shape[0]
     return pivoted_cholesky(
         kernel,
         X,
@@ -286,7 +293,8 @@ def nystrom_factor(kernel, X, m, random_state=0):
     ``NYSTROM_RCOND`` times the largest so no inverse of a near-zero is formed.
     """
     rng = np.random.default_rng(random_state)
-    S = np.sort(rng.choice(len(X), size=min(m, len(X)), replace=False))
+    n = X.shape[0]
+    S = np.sort(rng.choice(n, size=min(m, n), replace=False))
     K_NS = kernel(X, X[S])
     Lambda, U = eigh(K_NS[S])
     keep = Lambda > NYSTROM_RCOND * Lambda[-1]

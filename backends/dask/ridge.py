@@ -27,9 +27,9 @@ iterates with v ↦ s^½ ∘ K(s^½ ∘ v) + λv; Nyström solves the weighted p
 the centres' span (``nystrom-weighted``).
 
 X is what the reference takes (scipy.sparse included: kept sparse by
-``solver="cholesky"``, whose Gram blocks come from sparse products; densified
-for the fit stores of "cg" and "nystrom", which refuse it beyond 1 GiB dense;
-``X_fit_`` stays sparse); X must fit in the client's memory; the N × N Gram
+``solver="cholesky"`` and ``"cg"``, whose kernel blocks come from sparse
+products; densified for "nystrom"'s fit store, which refuses it beyond 1 GiB
+dense; ``X_fit_`` stays sparse); X must fit in the client's memory; the N × N Gram
 matrix need not fit in any worker's.
 ``kernel="precomputed"`` is refused: a precomputed Gram matrix is one the caller
 already holds in memory, which the reference solves directly.
@@ -235,9 +235,9 @@ class KernelRidge(ReferenceKernelRidge):
         """
         self._validate_backend()
         lam, X_given, t, s, kernel = self._validate(X, y, sample_weight)
-        # The Gram store takes sparse X as CSR; the fit stores of "cg" and
-        # "nystrom" hold X densely. X_fit_ keeps the reference's X.
-        X = X_given if self.solver == "cholesky" else dense(X_given)
+        # The Gram store and cg's fit store take sparse X as CSR; nystrom's
+        # holds X densely. X_fit_ keeps the reference's X.
+        X = dense(X_given) if self.solver == "nystrom" else X_given
         client = get_client(self.address)
         X_fit = X_given
         if self.solver == "cholesky":
