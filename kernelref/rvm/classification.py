@@ -347,7 +347,9 @@ class RVC(ClassifierMixin, BaseEstimator):
         its whitened form: label ``rvc-softmax-structured``); re-estimation, which
         starts from every weight, on the matrix itself."""
         expand = KroneckerDesign if self.method == "fast" else expanded_design
-        result = self._run(expand(Phi[:, usable], K), one_hot(y_index, K), Softmax(K))
+        whole = len(usable) == Phi.shape[1]  # no zero column: Φ as it is
+        base = Phi if whole else Phi[:, usable]
+        result = self._run(expand(base, K), one_hot(y_index, K), Softmax(K))
         basis = np.unique(
             result.keep // K
         )  # weight m·K + k belongs to basis function m

@@ -17,11 +17,35 @@ O(NMK²), and neither matrix is stored (at N = 400, K = 10, the whitened design
 alone is 128 MB). The fast algorithm uses a design only through its shape, its
 columns and left products (``kernelref.rvm.fast.FastLoop``), so it runs on these
 objects unchanged, as it does on the Dask backend's streamed design.
+
+Φ itself is used the same way: its shape, its columns Φ[:, index], left products
+V @ Φ and the K sums c²_·k above (`weighted_square_norms`). So Φ can be an array or
+any design offering these (the Dask backend's streamed kernel design, whose
+columns are never all in one place), and the softmax classifier runs on it as
+the binary one does.
 """
 
 import numpy as np
 
-__all__ = ["KroneckerDesign", "WhitenedKronecker"]
+__all__ = ["KroneckerDesign", "WhitenedKronecker", "weighted_square_norms"]
+
+
+def weighted_square_norms(Phi, d):
+    """Σ_n Φ[n, m]² d_nk for every column m of Φ and each of the K columns of the
+    N × K array d: an M × K array (the c²_mk of ``rvc-softmax-structured`` for
+    d_nk = (B_n)_kk). A design that sums them itself (``Phi.weighted_square_norms``:
+    the Dask backend's, in one streamed pass) answers instead."""
+    own = getattr(Phi, "weighted_square_norms", None)
+    if own is not None:
+        return own(d)
+    return np.square(Phi).T @ d
+
+
+def _base_columns(Phi, m):
+    """Φ[:, m] for indices m that may repeat (the K weights of one basis
+    function): each distinct column asked of Φ once."""
+    distinct, where = np.unique(m, return_inverse=True)
+    return Phi[:, distinct][:, where]
 
 
 def _column_index(key, shape):
@@ -46,7 +70,7 @@ class KroneckerDesign:
         index = _column_index(key, self.shape)
         m, k = np.divmod(np.atleast_1d(index), self.K)
         out = np.zeros((self.Phi.shape[0], self.K, len(m)))
-        out[:, k, np.arange(len(m))] = self.Phi[:, m]
+        out[:, k, np.arange(len(m))] = _base_columns(self.Phi, m)
         out = out.reshape(self.shape[0], len(m))
         return out[:, 0] if np.ndim(index) == 0 else out
 
@@ -62,7 +86,7 @@ class KroneckerDesign:
         them for a dense design."""
         R, t_tilde = likelihood.whitening(a, t)
         d = np.einsum("njk,njk->nk", R, R)  # (B_n)_kk
-        scales = np.sqrt(np.square(self.Phi).T @ d).ravel()  # c_mk, row-major
+        scales = np.sqrt(weighted_square_norms(self.Phi, d)).ravel()  # c_mk
         return WhitenedKronecker(self.Phi, R, scales), scales, t_tilde
 
 
@@ -82,7 +106,7 @@ class WhitenedKronecker:
         index = _column_index(key, self.shape)
         m, k = np.divmod(np.atleast_1d(index), self.K)
         # rows (n, j): φ_m(x_n) R_n[j, k] / c_mk
-        out = self.Phi[:, None, m] * self.R[:, :, k]
+        out = _base_columns(self.Phi, m)[:, None, :] * self.R[:, :, k]
         out *= self.inverse_scales[np.atleast_1d(index)]
         out = out.reshape(self.shape[0], len(m))
         return out[:, 0] if np.ndim(index) == 0 else out
@@ -101,10 +125,15 @@ class WhitenedKronecker:
 
 def _left_product(Phi, V, K):
     """V(Φ ⊗ I_K) for V of shape (NK,) or (r, NK): one product with Φ, of the
-    N × rK matrix whose column (s, k) holds v_snk."""
+    N × rK matrix whose column (s, k) holds v_snk (a left product, for a design
+    that is not an array)."""
     N, M = Phi.shape
     W = V.reshape(-1, N, K)  # (r, N, K)
     r = len(W)
-    out = Phi.T @ W.transpose(1, 0, 2).reshape(N, r * K)  # (M, r·K)
+    stacked = W.transpose(1, 0, 2).reshape(N, r * K)
+    if isinstance(Phi, np.ndarray):
+        out = Phi.T @ stacked  # (M, r·K)
+    else:
+        out = (stacked.T @ Phi).T
     out = out.reshape(M, r, K).transpose(1, 0, 2).reshape(r, M * K)
     return out[0] if V.ndim == 1 else out

@@ -322,16 +322,6 @@ def test_interrupted_rvc_resumes_to_the_same_model(client, tmp_path):
     np.testing.assert_array_equal(resumed.evidence_, clean.evidence_)
 
 
-def test_softmax_is_refused_before_any_task(client, tmp_path):
-    X, y = two_classes(200)
-    store = tmp_path / "fit.zarr"
-    with pytest.raises(ValueError, match="multi_class='ovr'"):
-        dask_rvm.RVC(
-            multi_class="softmax", store=store, address=client.scheduler.address
-        ).fit(X, y)
-    assert not store.exists()
-
-
 # -- resilience --------------------------------------------------------------------
 def test_killed_worker_gives_the_same_model(client):
     X, t = sinc(2000, seed=3)

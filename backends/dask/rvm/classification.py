@@ -1,4 +1,5 @@
-"""``RVC`` on a Dask cluster: binary and one-vs-rest, the reference's classifier.
+"""``RVC`` on a Dask cluster: binary, softmax and one-vs-rest, the reference's
+classifier.
 
 The reference's fast classifier (``kernelref.rvm.rvc_fast.fast_classifier``)
 alternates two steps: the Gaussian approximation of the likelihood at the
@@ -14,8 +15,17 @@ over the m basis functions in the model (label ``rvc-irls``). Here:
 - each approximation's ``FastLoop`` runs through the shared runtime under its
   own checkpoint, so an interrupted fit resumes where it stopped.
 
-The softmax classifier couples the classes of each point (its whitening is
-K × K per point, not a row weight) and stays in ``kernelref.rvm.RVC``.
+The softmax classifier couples the classes of each point: its whitening is a
+K × K block R_n per point, not a row weight. The reference runs it on Φ ⊗ I_K and
+R(Φ ⊗ I_K) as structured designs whose products are sums over the points
+(``kernelref.rvm.softmax_design``, label ``rvc-softmax-structured``); here their
+Φ is the ``StreamedDesign`` (c = 1), so each left product is one streamed pass,
+the K column norms c²_mk = Σ_n φ_m(x_n)²(B_n)_kk of an approximation are one
+pass too, which also forms Φ̃ᵀt̃ and the warm start's coordinates
+(``backends.dask.rvm.softmax``), and each approximation's loop runs under its
+own checkpoint as above. The default stays ``multi_class='ovr'``: K binary
+machines on one N × (N + 1) design, where the softmax model's Newton steps
+factorise an mK × mK Hessian on NK rows.
 """
 
 import numpy as np
@@ -23,12 +33,14 @@ import numpy as np
 from backends.dask.rvm.common import check_backend_args, open_store
 from backends.dask.rvm.design import StreamedDesign
 from backends.dask.rvm.loop import checkpointed_driver
+from backends.dask.rvm.softmax import streamed_softmax_approximation
 from backends.dask.rvm.tasks import clear_cache
 from backends.dask.svm.estimators import centring_shift, materialise
 from kernelref.rvm import RVC as ReferenceRVC
 from kernelref.rvm.classification import BERNOULLI
 from kernelref.rvm.fast import ALIGNMENT_MAX
 from kernelref.rvm.regression import ALPHA_MAX
+from kernelref.rvm.softmax_design import KroneckerDesign
 
 __all__ = ["RVC", "streamed_approximation"]
 
@@ -39,6 +51,8 @@ def streamed_approximation(Phi, a, t, likelihood=BERNOULLI, active=None):
     ``rvc-linearised-target``; ``rvc_fast.dense_approximation`` in memory); its
     one pass also forms the coordinates of the model with the columns
     ``active``, which the sequential algorithm warm-starts from."""
+    if isinstance(Phi, KroneckerDesign):  # the softmax model's
+        return streamed_softmax_approximation(Phi, a, t, likelihood, active)
     B_sqrt, t_tilde = likelihood.row_weights(a, t)
     unit = Phi.reweighted(B_sqrt, t_tilde, active)
     return unit, unit.scales, t_tilde
@@ -51,8 +65,9 @@ class RVC(ReferenceRVC):
     ----------
     kernel, gamma, degree, coef0, bias, max_iter, tol, alignment_max
         As in ``kernelref.rvm.RVC``; ``method`` must be 'fast'.
-    multi_class : {'ovr'}
-        One binary machine per class; 'softmax' is refused (see the module).
+    multi_class : {'ovr', 'softmax'}
+        With more than two classes: one binary machine per class (the default
+        here), or the softmax model (the reference's default; see the module).
     store, chunk_size, address, progress, resume, cache_size
         As in ``backends.dask.RVR``; the progress records come per iteration
         of each approximation's sequential algorithm.
@@ -97,13 +112,6 @@ class RVC(ReferenceRVC):
     def fit(self, X, y):
         """Fit as the reference does, each approximation's passes on the cluster."""
         check_backend_args(self)
-        if self.multi_class != "ovr":
-            raise ValueError(
-                "backends.dask.RVC fits one binary machine per class "
-                f"(multi_class='ovr'); got multi_class={self.multi_class!r}. The "
-                "softmax classifier couples the classes of every point: fit it with "
-                "kernelref.rvm.RVC."
-            )
         self._X_input, self._y_input = X, y
         try:
             return super().fit(materialise(X), y)
@@ -142,8 +150,9 @@ class RVC(ReferenceRVC):
         return streamed_approximation
 
     def _driver(self, Phi):
+        base = Phi.Phi if isinstance(Phi, KroneckerDesign) else Phi  # softmax: Φ ⊗ I_K
         return checkpointed_driver(
-            Phi.store,
+            base.store,
             progress=self.progress,
             resume=self.resume,
             prefix=f"rvc-{getattr(self, '_run_name', '')}",

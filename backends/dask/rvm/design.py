@@ -190,6 +190,34 @@ class StreamedDesign:
         w2 = self.weights**2
         return self._round(squared_norms_chunk, self.shift, w2, self.cache_mb)
 
+    def weighted_square_norms(self, d):
+        """Σ_n Φ̃[n, m]² d_nk for every column m and each column k of the N × K
+        array d (``kernelref.rvm.softmax_design.weighted_square_norms``): the K
+        sums of every kernel column in one pass, the bias column's on the
+        client."""
+        w2 = np.asarray(d, dtype=float).T * self.weights**2  # (K, N)
+        kernel_part = self._round(squared_norms_chunk, self.shift, w2, self.cache_mb)
+        return self._norms(w2, kernel_part)
+
+    def norms_and_product(self, d, V):
+        """`weighted_square_norms` of d and V @ Φ̃ for V of shape (r, N), in the
+        one pass of the two (the softmax model's approximation: its column norms,
+        Φ̃ᵀt̃ and the warm start's coordinates, ``backends.dask.rvm.softmax``)."""
+        w2 = np.asarray(d, dtype=float).T * self.weights**2
+        W = np.asarray(V, dtype=float) * self.weights
+        both = self._round(norms_and_product_chunk, self.shift, w2, W, self.cache_mb)
+        return self._norms(w2, both[: len(w2)]), self._product(W, both[len(w2) :])
+
+    def _norms(self, w2, kernel_part):
+        """The (M, K) sums Σ_n Φ̃[n, m]² d_nk from w2 = (d diag(b)²)ᵀ and the
+        pass's kernel columns' sums (K, N); the bias column's are w2's row sums."""
+        out = np.empty((self.shape[1], len(w2)))
+        if self.bias:
+            out[0] = w2.sum(axis=1)
+        out[self.offset :] = kernel_part.T
+        out *= (self._inverse**2)[:, None]
+        return out
+
     def columns(self, index):
         """Φ̃[:, index] (N × len(index)), from X on the client."""
         index = np.asarray(index, dtype=int)

@@ -129,28 +129,32 @@ def left_product_chunk(ref, span, kernel, shift, V, cache_mb=0):
 
 def squared_norms_chunk(ref, span, kernel, shift, w2, cache_mb=0):
     """Worker task: Σ_n w²_n k(x_n, x_i)² for the candidates i in ``span``, the
-    squared norms of the weighted kernel columns."""
-    out = np.zeros(span[1] - span[0])
+    squared norms of the weighted kernel columns; for w2 of shape (K, N), the K
+    sums for each candidate, (K, stop − start), in the same visit of the block
+    (the softmax classifier's c²_mk, label ``rvc-softmax-structured``)."""
+    out = np.zeros(w2.shape[:-1] + (span[1] - span[0],))
     square = _square_buffer()
     for columns, rows, piece in _pieces(ref, span, kernel, shift, cache_mb):
         squared = np.square(piece, out=square[: piece.size].reshape(piece.shape))
-        out[columns] += w2[rows] @ squared
+        out[..., columns] += w2[..., rows] @ squared
     return out
 
 
 def norms_and_product_chunk(ref, span, kernel, shift, w2, V, cache_mb=0):
-    """Worker task: `squared_norms_chunk` (row 0) and `left_product_chunk` of V
-    (the rows after) for the same candidates, in one visit of their kernel
-    block: each piece is formed or read once, and meets the same products in the
-    same order as in the two tasks apart, so the digits are theirs."""
-    out = np.zeros((1 + len(V), span[1] - span[0]))
-    norms, products = out[0], out[1:]
+    """Worker task: `squared_norms_chunk` (row 0; rows 0 to K − 1 for w2 of shape
+    (K, N)) and `left_product_chunk` of V (the rows after) for the same
+    candidates, in one visit of their kernel block: each piece is formed or read
+    once, and meets the same products in the same order as in the two tasks
+    apart, so the digits are theirs."""
+    n_norms = 1 if w2.ndim == 1 else len(w2)
+    out = np.zeros((n_norms + len(V), span[1] - span[0]))
+    norms, products = out[0] if w2.ndim == 1 else out[:n_norms], out[n_norms:]
     square = _square_buffer()
     product = np.empty((ROW_GROUP, STRIP))
     groups = [slice(g, min(g + ROW_GROUP, len(V))) for g in range(0, len(V), ROW_GROUP)]
     for columns, rows, piece in _pieces(ref, span, kernel, shift, cache_mb):
         squared = np.square(piece, out=square[: piece.size].reshape(piece.shape))
-        norms[columns] += w2[rows] @ squared
+        norms[..., columns] += w2[..., rows] @ squared
         for group in groups:
             part = product[: group.stop - group.start, : piece.shape[1]]
             np.matmul(V[group, rows], piece, out=part)

@@ -1,0 +1,160 @@
+"""The softmax RVC of ``backends.dask`` equals the reference's, takes one pass per
+Gaussian approximation for its norms, Φ̃ᵀt̃ and warm start, resumes after an
+interruption and survives a lost worker with the same model.
+
+The backend runs the reference's fast path on ``KroneckerDesign`` over its
+streamed design (``backends.dask.rvm.softmax``): the same relevance vectors and
+kept weights, α to 1e-8 relative, the Laplace evidence to 1e-8 relative.
+"""
+
+import os
+import signal
+
+import numpy as np
+import pytest
+
+distributed = pytest.importorskip("distributed")
+pytest.importorskip("zarr")
+
+from backends.dask import rvm as dask_rvm  # noqa: E402
+from backends.dask.runtime import FitStore  # noqa: E402
+from backends.dask.rvm.design import StreamedDesign  # noqa: E402
+from backends.dask.rvm.softmax import streamed_softmax_approximation  # noqa: E402
+from kernelref import rvm as reference  # noqa: E402
+from kernelref.kernels import RBF  # noqa: E402
+from kernelref.rvm.coordinates import orthonormal_coordinates  # noqa: E402
+from kernelref.rvm.design import design_matrix  # noqa: E402
+from kernelref.rvm.softmax import Softmax, one_hot  # noqa: E402
+from kernelref.rvm.softmax_design import KroneckerDesign  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+class Interrupted(Exception):
+    pass
+
+
+def three_classes(n, seed=0):
+    rng = np.random.default_rng(seed)
+    centres = np.array([[0.0, 2.0], [-1.7, -1.0], [1.7, -1.0]])
+    y = rng.integers(0, 3, n)
+    return centres[y] + rng.normal(size=(n, 2)), y
+
+
+def test_softmax_approximation_takes_one_pass_and_equals_the_reference(client):
+    X, y = three_classes(120, seed=1)
+    K, kernel, active = 3, RBF(0.5), np.array([0, 5, 22, 100, 301])
+    rng = np.random.default_rng(2)
+    a, t = 2 * rng.normal(size=len(X) * K), one_hot(y, K)
+    store = FitStore.prepare(None, X, identity={"t": 1}, chunk_size=50, client=client)
+    try:
+        base = StreamedDesign(
+            X, X.mean(axis=0), kernel, True, store, client, unit=False
+        )
+        passes = base.counts["passes"]
+        unit, scales, t_tilde = streamed_softmax_approximation(
+            KroneckerDesign(base, K), a, t, Softmax(K), active
+        )
+        U, Psi = orthonormal_coordinates(unit, active)
+        PhiT_t = t_tilde @ unit
+        assert base.counts["passes"] == passes + 1, "norms, Φ̃ᵀt̃ and Ψ: one pass"
+        assert unit.coordinates(active[:3]) is None  # another model: not kept
+        V = rng.normal(size=(2, len(t)))
+        product = V @ unit  # any other product: one pass more
+        assert base.counts["passes"] == passes + 2
+    finally:
+        store.remove_if_temporary()
+    Phi = KroneckerDesign(design_matrix(kernel, X, X, True), K)
+    dense, dense_scales, dense_t = Phi.whitened(a, t, Softmax(K))
+    np.testing.assert_allclose(scales, dense_scales, rtol=1e-12)
+    np.testing.assert_array_equal(t_tilde, dense_t)
+    np.testing.assert_allclose(PhiT_t, t_tilde @ dense, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(product, V @ dense, rtol=1e-12, atol=1e-12)
+    columns = dense[:, active]
+    np.testing.assert_allclose(U.T @ U, np.eye(len(active)), atol=1e-13)
+    np.testing.assert_allclose(U @ (U.T @ columns), columns, atol=1e-12)
+    np.testing.assert_allclose(Psi, U.T @ dense, atol=1e-12)
+
+
+def softmax_params(client):
+    return dict(
+        gamma=0.5,
+        multi_class="softmax",
+        chunk_size=50,
+        address=client.scheduler.address,
+    )
+
+
+def assert_same_softmax(backend, ref, X):
+    np.testing.assert_array_equal(backend.relevance_, ref.relevance_)
+    np.testing.assert_array_equal(backend.kept_weights_, ref.kept_weights_)
+    assert backend.bias_used_ == ref.bias_used_
+    assert backend.n_iter_ == ref.n_iter_
+    assert backend.n_loop_iter_ == ref.n_loop_iter_
+    np.testing.assert_allclose(backend.alpha_, ref.alpha_, rtol=1e-8)
+    np.testing.assert_allclose(backend.mu_, ref.mu_, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(backend.log_evidence_, ref.log_evidence_, rtol=1e-8)
+    np.testing.assert_allclose(
+        backend.predict_proba(X), ref.predict_proba(X), rtol=1e-6, atol=1e-12
+    )
+
+
+def test_softmax_rvc_equals_reference(client):
+    X, y = three_classes(150)
+    ref = reference.RVC(gamma=0.5, multi_class="softmax").fit(X, y)
+    backend = dask_rvm.RVC(progress=False, **softmax_params(client)).fit(X, y)
+    assert_same_softmax(backend, ref, X)
+    assert len(ref.classes_) == 3 and 0 < len(ref.relevance_) < len(X) / 4
+
+
+def test_interrupted_softmax_rvc_resumes_to_the_same_model(client, tmp_path):
+    X, y = three_classes(150, seed=3)
+    params = softmax_params(client)
+    clean_records = []
+    clean = dask_rvm.RVC(progress=clean_records.append, **params).fit(X, y)
+    calls = []
+
+    def stop_in_the_third_approximation(record):
+        calls.append(record.iteration)
+        if calls.count(1) == 3 and record.iteration == 2:
+            raise Interrupted
+
+    store = tmp_path / "fit.zarr"
+    with pytest.raises(Interrupted):
+        dask_rvm.RVC(
+            store=store, progress=stop_in_the_third_approximation, **params
+        ).fit(X, y)
+    records = []
+    resumed = dask_rvm.RVC(store=store, progress=records.append, **params).fit(X, y)
+    # the two approximations run before the stop are not run again
+    finished = calls.index(1, calls.index(1, 1) + 1)  # records before the third
+    assert len(records) <= len(clean_records) - finished
+    assert resumed.n_iter_ == clean.n_iter_
+    np.testing.assert_array_equal(resumed.relevance_, clean.relevance_)
+    np.testing.assert_array_equal(resumed.kept_weights_, clean.kept_weights_)
+    np.testing.assert_array_equal(resumed.alpha_, clean.alpha_)
+    np.testing.assert_array_equal(resumed.evidence_, clean.evidence_)
+
+
+def test_killed_worker_gives_the_same_softmax_model(client):
+    X, y = three_classes(150, seed=4)
+    params = softmax_params(client)
+    clean = dask_rvm.RVC(progress=False, **params).fit(X, y)
+    killed, calls = [], []
+
+    def kill_one(record):
+        calls.append(record.iteration)
+        if calls.count(1) == 2 and not killed:
+            pids = client.run(os.getpid)
+            pid = pids[sorted(pids)[0]]
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+
+    survivor = dask_rvm.RVC(progress=kill_one, **params).fit(X, y)
+    assert killed
+    np.testing.assert_array_equal(survivor.relevance_, clean.relevance_)
+    np.testing.assert_array_equal(survivor.kept_weights_, clean.kept_weights_)
+    np.testing.assert_array_equal(survivor.alpha_, clean.alpha_)
+    np.testing.assert_array_equal(survivor.evidence_, clean.evidence_)
+    client.wait_for_workers(2, timeout=60)
+    assert killed[0] not in client.run(os.getpid).values()  # gone, and replaced
