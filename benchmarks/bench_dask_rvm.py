@@ -36,7 +36,7 @@ of ``design.gram_row``):
   quiet): 721 s, 56 relevance vectors, 616 iterations, log evidence 35 151.19
   (7.06 above 'update'); 88 passes at 7.93 s against a floor of 3.02 s
   (2.42 ns per entry as measured in that run): 2.63×. (Those runs predate the
-  re-hold after a final pass that moves the model; see ``fast.HOLD_STALL``.)
+  re-hold after a final pass that moves the model; see ``schedules.HOLD_STALL``.)
 - The re-hold's cost in streamed passes (2026-11-24, shared machine, two
   workers): sinc20 N = 5000, 98 passes with its held phase ended by the stall
   rule, 131 with the size budget alone, 47 without the re-hold (+3.10, +3.34

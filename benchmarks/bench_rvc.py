@@ -211,7 +211,7 @@ wine one-vs-rest, profiled; nothing adopted.
   iterations 10% fewer, at the same CPU time (the first approximation 2.4 -> 1.7 ms:
   ~2% of a fit). So a change must be bit for bit to be sure of the evidence rule.
 - Tried, not adopted (A/B by CPU time, min of 3 fits, alternating): the joint
-  deletion of ``FastLoop._prune`` with beta held, on every approximation: 38 of 48
+  deletion of ``pruned_model`` with beta held, on every approximation: 38 of 48
   (classif s0 c = 0.25 -0.14 -> -2.95, ripley s1 c = 1 +0.61 -> -1.26; wine s1 c = 4
   softmax -0.81 -> -0.19), loop iterations -30%, time not lower; on the re-estimated
   path's first approximation only: 38 (classif s0 c = 0.25 -4.02). ACCELERATE_RATE

@@ -241,7 +241,7 @@ Eighth pass, 2026-11-24 (shared machine, load 1.5-3): 'auto' runs the hold again
 after a final pass that moved the model, its held phase bounded to
 HOLD_SIZE_FACTOR = 3 times the final pass's model (FastLoop's max_size; the
 measurements behind the factor are in the constant's comment in
-kernelref/rvm/fast.py). Sinc N=2000 gamma=0.25: +0.02 nats (was -1.85), 38.3x and
+kernelref/rvm/schedules.py). Sinc N=2000 gamma=0.25: +0.02 nats (was -1.85), 38.3x and
 27.8x in two runs (fast 0.25 and 0.45 s wall against 9.8 and 12.4 s; CPU of the
 default fit 0.09 -> 0.23 s); gamma=1/18 unchanged (+1.27 nats; the pass does not
 move the model). The 41 rows: the hold runs only on sinc N=100 s2, s3, s4 (no
@@ -265,7 +265,7 @@ also ends once the evidence at the beta (rvm-noise) gives, checked every 10
 iterations, has not risen for HOLD_STALL = 50 iterations (FastLoop's stall; its
 record, FastState.peak, is carried by the Dask backend's checkpoints), the size
 budget HOLD_SIZE_FACTOR = 3 kept as a safety net (the measurements behind both are
-in the constants' comments in kernelref/rvm/fast.py). The 41 rows and both sinc
+in the constants' comments in kernelref/rvm/schedules.py). The 41 rows and both sinc
 N=2000 rows take the same path as with the size budget alone (same evidence,
 iterations and factorisations on every row, the discarded runs' too; the hold runs
 on sinc N=100 s2-s4 and sinc gamma=0.25, where neither budget stops it); three
@@ -289,7 +289,7 @@ N = 1000 (the final pass gained 2.2 and 1.6 nats from below).
 Tenth pass, 2026-11-24 (shared machine, load 1-4; wall-clock runs of this benchmark
 and CPU time, min of 5 fits per row, against the same peers' times, each pair of the
 code before and after run back to back): 'auto' ends with a swap pass
-(kernelref/rvm/swaps.py; SWAP_ROUNDS in kernelref/rvm/fast.py). From the best run,
+(kernelref/rvm/swaps.py; SWAP_ROUNDS in kernelref/rvm/schedules.py). From the best run,
 once converged, every swap of a basis function i for a column k outside the model is
 screened by its exact gain with the other alpha and beta fixed (the deletion of i,
 then k's addition with S_k, Q_k of the model without i by the rank-one formulas:

@@ -2,7 +2,8 @@
 
 ``design`` builds Φ and the Gaussian posterior and evidence every path shares;
 ``reestimate`` maximises the evidence by re-estimation or EM; ``fast`` by
-Tipping & Faul's sequential algorithm; ``regression`` holds the estimator.
+Tipping & Faul's sequential algorithm, run on the β schedules of ``schedules``;
+``regression`` holds the estimator.
 ``classification`` is the Laplace classifier RVC, binary and, with ``softmax``,
 multiclass.
 """

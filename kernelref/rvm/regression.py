@@ -30,8 +30,9 @@ from kernelref.rvm.design import (
     design_matrix,
     initial_beta,
 )
-from kernelref.rvm.fast import ALIGNMENT_MAX, check_beta_schedule, fast_regression
+from kernelref.rvm.fast import ALIGNMENT_MAX
 from kernelref.rvm.reestimate import initial_alpha, reestimate
+from kernelref.rvm.schedules import check_beta_schedule, fast_regression
 
 __all__ = ["ALPHA_MAX", "RVR", "ConvergenceWarning"]
 
@@ -97,7 +98,7 @@ class RVR(RegressorMixin, BaseEstimator):
         if that run stalled, with its held phase bounded (once its evidence
         stops rising, at most in size) if the final pass changed the model;
         the higher evidence is kept. See
-        ``kernelref.rvm.fast.fast_schedule``.
+        ``kernelref.rvm.schedules.fast_schedule``.
 
     Attributes
     ----------

@@ -11,13 +11,13 @@ import numpy as np
 
 from kernelref.rvm.fast import (
     ALIGNMENT_MAX,
-    SPAN_RESIDUAL_MIN,
     FastLoop,
     on_user_scale,
     run_to_end,
     unit_columns,
     warm_alpha,
 )
+from kernelref.rvm.fast_steps import SPAN_RESIDUAL_MIN
 from kernelref.rvm.reestimate import initial_alpha
 from kernelref.rvm.rvc_laplace import (
     BERNOULLI,

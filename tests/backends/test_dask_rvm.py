@@ -19,7 +19,7 @@ zarr = pytest.importorskip("zarr")
 from backends.dask import rvm as dask_rvm  # noqa: E402
 from kernelref import rvm as reference  # noqa: E402
 from kernelref.rvm.design import design_matrix  # noqa: E402
-from kernelref.rvm.fast import fast_regression  # noqa: E402
+from kernelref.rvm.schedules import fast_regression  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -368,7 +368,8 @@ def test_interrupted_fit_resumes_to_the_same_model(client, tmp_path):
 
 def test_interrupted_hold_resumes_with_its_stall_record(client, tmp_path):
     from kernelref.kernels import RBF
-    from kernelref.rvm.fast import HOLD_STALL, fast_schedule, unit_columns
+    from kernelref.rvm.fast import unit_columns
+    from kernelref.rvm.schedules import HOLD_STALL, fast_schedule
 
     # 'auto' on sinc20 at N = 500 runs the hold (its final pass moves the model),
     # whose held phase ends by the stall rule: the evidence at the β (rvm-noise)

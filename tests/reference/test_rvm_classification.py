@@ -29,7 +29,8 @@ from kernelref.rvm.classification import (
     reestimate_classifier,
 )
 from kernelref.rvm.design import design_matrix
-from kernelref.rvm.fast import ALIGNMENT_MAX, SPAN_RESIDUAL_MIN, run_to_end
+from kernelref.rvm.fast import ALIGNMENT_MAX, run_to_end
+from kernelref.rvm.fast_steps import SPAN_RESIDUAL_MIN
 from kernelref.rvm.softmax import (
     Softmax,
     expanded_design,

@@ -18,8 +18,8 @@ from kernelref.rvm.coordinates import (
     stable_SQ,
 )
 from kernelref.rvm.design import design_matrix
-from kernelref.rvm.fast import (
-    ALIGNMENT_MAX,
+from kernelref.rvm.fast import ALIGNMENT_MAX, unit_columns
+from kernelref.rvm.fast_steps import (
     DRIFT_MAX,
     REFRESH_INTERVAL,
     add_basis_function,
@@ -28,9 +28,8 @@ from kernelref.rvm.fast import (
     initial_model,
     reestimate_basis_function,
     refresh,
-    sparsity_quality,
-    unit_columns,
 )
+from kernelref.rvm.sparsity import sparsity_quality
 
 
 def friedman1(seed, n):
@@ -186,7 +185,7 @@ def test_noise_update_from_the_loop_equals_the_posterior_formula():
     the maintained S and H⁻¹ after rank-one updates, against Σ and μ of the posterior
     on the model's columns."""
     from kernelref.rvm.design import posterior
-    from kernelref.rvm.fast import noise_update
+    from kernelref.rvm.fast_steps import noise_update
 
     Phi, usable, t = unit_problem(seed=4, n=90, gamma=0.1)
     alpha = np.full(Phi.shape[1], np.inf)
@@ -207,7 +206,7 @@ def test_noise_update_from_the_loop_equals_the_posterior_formula():
 def test_span_test_is_against_the_model_span_after_a_deletion():
     """While U still spans a deleted column, `outside_model_span` gives each
     column's squared distance from the span of the model's columns."""
-    from kernelref.rvm.fast import outside_model_span
+    from kernelref.rvm.fast_steps import outside_model_span
 
     Phi, usable, t = unit_problem(seed=5, n=70, gamma=0.3)
     alpha = np.full(Phi.shape[1], np.inf)
@@ -229,7 +228,8 @@ def test_span_test_skipped_only_for_columns_whose_refusal_cannot_matter():
     column (it may skip the span test, a QR, when no wanted column needs it), so
     `choose_action`, which passes the columns with q² − s above ZERO_FACTOR, gets
     the gains of the full test."""
-    from kernelref.rvm.fast import ZERO_FACTOR, action_gains, refused_additions
+    from kernelref.rvm.fast_steps import refused_additions
+    from kernelref.rvm.sparsity import ZERO_FACTOR, action_gains
 
     Phi, usable, t = unit_problem(seed=2, n=30, gamma=0.05)
     alpha = np.full(Phi.shape[1], np.inf)
@@ -302,7 +302,8 @@ def test_held_phase_released_when_the_noise_estimate_levels_off():
     """FastLoop(release=...) ends a held phase once the β (rvm-noise) gives has
     changed by less than e^release over `RELEASE_EVERY` iterations; the run
     without it goes on adding basis functions at the held β."""
-    from kernelref.rvm.fast import HOLD_TOL, RELEASE_EVERY, RELEASE_TOL, FastLoop
+    from kernelref.rvm.fast import RELEASE_EVERY, FastLoop
+    from kernelref.rvm.schedules import HOLD_TOL, RELEASE_TOL
 
     Phi, usable, t = unit_problem(seed=0, n=200, gamma=0.1)
     runs = {}
@@ -334,7 +335,8 @@ def test_prune_deletes_together_what_pays_when_that_beats_one_deletion():
     # checked against the log evidence from the explicit N×N covariance.
     from scipy.stats import multivariate_normal
 
-    from kernelref.rvm.fast import HOLD_TOL, RELEASE_TOL, FastLoop, run_to_end
+    from kernelref.rvm.fast import FastLoop, run_to_end
+    from kernelref.rvm.schedules import HOLD_TOL, RELEASE_TOL
 
     Phi, usable, t = unit_problem(seed=3, n=150, gamma=0.025)
 
@@ -373,6 +375,7 @@ def test_prune_deletes_together_what_pays_when_that_beats_one_deletion():
 
 def test_prune_keeps_one_basis_function_when_every_deletion_pays():
     from kernelref.rvm.fast import FastLoop
+    from kernelref.rvm.joint_steps import pruned_model
 
     Phi, usable, t = unit_problem(seed=3, n=150, gamma=0.025)
     loop = FastLoop(Phi, usable, t)
@@ -386,9 +389,12 @@ def test_prune_keeps_one_basis_function_when_every_deletion_pays():
     gain = np.zeros(len(new_alpha))
     gain[a] = np.arange(1.0, len(a) + 1)  # a[0] gains least
     tried = []
-    refresh_model = loop._refresh
-    loop._refresh = lambda m, measure=False: tried.append(m) or refresh_model(m)
-    n_deleted, pruned = loop._prune(model, new_alpha, gain, a[-1])
+
+    def refactorise(m):  # the loop's fresh factorisation, each trial recorded
+        tried.append(m)
+        return loop._refresh(m)
+
+    n_deleted, pruned = pruned_model(model, new_alpha, gain, a[-1], refactorise)
     (trial,) = tried
     np.testing.assert_array_equal(trial.active, a[:1])  # the one gaining least stays
     assert np.isfinite(trial.alpha[a[0]]) and np.all(np.isinf(trial.alpha[a[1:]]))

@@ -9,8 +9,8 @@ from scipy.stats import multivariate_normal
 from kernelref.kernels import RBF
 from kernelref.rvm.coordinates import coordinate_posterior
 from kernelref.rvm.design import design_matrix
-from kernelref.rvm.fast import fast_regression
 from kernelref.rvm.polish import evidence_derivatives, newton_polish
+from kernelref.rvm.schedules import fast_regression
 
 
 def coordinates_problem(seed, m=6, N=40):

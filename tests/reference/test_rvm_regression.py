@@ -15,14 +15,10 @@ from sklearn.svm import SVR
 from kernelref.kernels import RBF
 from kernelref.rvm import RVR
 from kernelref.rvm.design import design_matrix, initial_beta, posterior
-from kernelref.rvm.fast import (
-    ell,
-    fast_marginal_likelihood,
-    optimal_alpha,
-    sparsity_quality,
-)
+from kernelref.rvm.fast import fast_marginal_likelihood
 from kernelref.rvm.reestimate import em_alpha, gamma_factors, initial_alpha, reestimate
 from kernelref.rvm.regression import ConvergenceWarning
+from kernelref.rvm.sparsity import ell, optimal_alpha, sparsity_quality
 
 #: Tipping's Gaussian kernel of width 3, exp(−(x − x′)²/(2·3²)), i.e. γ = 1/18.
 SINC_GAMMA = 1.0 / 18.0

@@ -8,13 +8,9 @@ import pytest
 
 from kernelref.kernels import RBF
 from kernelref.rvm.design import design_matrix, posterior
-from kernelref.rvm.fast import (
-    FastLoop,
-    fast_schedule,
-    sparsity_quality,
-    unit_columns,
-)
-from kernelref.rvm.sparsity import ell, optimal_alpha
+from kernelref.rvm.fast import FastLoop, unit_columns
+from kernelref.rvm.schedules import fast_schedule
+from kernelref.rvm.sparsity import ell, optimal_alpha, sparsity_quality
 from kernelref.rvm.swaps import (
     SWAP_MIN,
     polished_swap,

@@ -14,7 +14,8 @@ uninterrupted one.
 import numpy as np
 
 from backends.dask.runtime import run_loop
-from kernelref.rvm.fast import FastModel, FastState
+from kernelref.rvm.fast import FastState
+from kernelref.rvm.fast_steps import FastModel
 
 __all__ = ["checkpointed_driver", "decode", "encode"]
 

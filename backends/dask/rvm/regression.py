@@ -27,8 +27,9 @@ from backends.dask.rvm.loop import checkpointed_driver
 from backends.dask.rvm.tasks import clear_cache
 from backends.dask.svm.estimators import centring_shift, materialise
 from kernelref.rvm import RVR as ReferenceRVR
-from kernelref.rvm.fast import ALIGNMENT_MAX, fast_schedule, on_user_scale
+from kernelref.rvm.fast import ALIGNMENT_MAX, on_user_scale
 from kernelref.rvm.regression import ALPHA_MAX
+from kernelref.rvm.schedules import fast_schedule
 
 __all__ = ["RVR"]
 
