@@ -22,6 +22,7 @@ from backends.dask import KernelPCA as DaskKernelPCA  # noqa: E402
 from backends.dask import KernelRidge as DaskKernelRidge  # noqa: E402
 from backends.dask import sparse_rows  # noqa: E402
 from backends.dask import svm as dask_svm  # noqa: E402
+from backends.dask.gram_store import GramStore  # noqa: E402
 from backends.dask.integrity import DamagedChunkError  # noqa: E402
 from backends.dask.runtime import FitStore, read_chunk  # noqa: E402
 from backends.dask.svm.tasks import gather_rows  # noqa: E402
@@ -185,6 +186,24 @@ def test_two_million_columns_are_never_densified(client, tmp_path):
         # One chunk of 64 rows, densified, would take 1 GB.
         after = client.run(worker_peak_bytes())
         assert max(after[w] - before[w] for w in after) < 256 * 2**20
+
+
+def test_gram_store_of_sparse_x_equals_the_kernel(client, tmp_path):
+    """GramStore.build takes CSR X (scattered as CSR, blocks from the kernel's
+    sparse products): every block equals the reference kernel on the same X;
+    the store opens for that X, and refuses the same X made dense (another
+    fingerprint: the stored data's layout is part of its identity)."""
+    X, _ = text_like(90, 20_000, 2e-3, seed=12)
+    kernel = RBF(0.5)
+    store = GramStore.build(tmp_path / "gram", X, kernel, chunk_size=32)
+    K = kernel(X)
+    for i in range(store.n_blocks):
+        for j in range(store.n_blocks):
+            rows, cols = store.block_slice(i), store.block_slice(j)
+            np.testing.assert_allclose(store.block(i, j), K[rows, cols], atol=1e-14)
+    GramStore.open(tmp_path / "gram", X=X.tocsc(), kernel=kernel)
+    with pytest.raises(ValueError, match="built for other data"):
+        GramStore.open(tmp_path / "gram", X=X.toarray())
 
 
 def assert_kpca_and_ridge_equal_the_reference(X, y, Xt, client, chunk_size, stores):
