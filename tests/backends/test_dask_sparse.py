@@ -17,6 +17,7 @@ pytest.importorskip("distributed")
 
 from test_dask_svm import worker_peak_bytes  # noqa: E402
 
+from backends.dask import GaussianProcessClassifier as DaskGPC  # noqa: E402
 from backends.dask import GaussianProcessRegressor as DaskGPR  # noqa: E402
 from backends.dask import KernelPCA as DaskKernelPCA  # noqa: E402
 from backends.dask import KernelRidge as DaskKernelRidge  # noqa: E402
@@ -265,8 +266,12 @@ def test_two_million_columns_kernel_pca_and_ridge(client, tmp_path):
     [
         lambda address: DaskKernelRidge(gamma=0.5, solver="nystrom", address=address),
         lambda address: DaskGPR(kernel=RBF(0.5), optimizer=None, address=address),
+        lambda address: DaskGPR(
+            kernel=RBF(0.5), optimizer=None, solver="cg", address=address
+        ),
+        lambda address: DaskGPC(kernel=RBF(0.5), optimizer=None, address=address),
     ],
-    ids=["KernelRidge-nystrom", "GaussianProcessRegressor"],
+    ids=["KernelRidge-nystrom", "GPR-cholesky", "GPR-cg", "GPC"],
 )
 def test_dense_stores_refuse_large_sparse_x(make, client):
     """Estimators that store X densely refuse sparse X whose dense form would

@@ -74,7 +74,8 @@ class GaussianProcessClassifier(ClusterFitMixin, ReferenceClassifier):
     As in the reference, except that ``L_`` is the Zarr array of the factor of
     B at the mode (in the fit store), not an array in memory, and that
     scipy.sparse X (for a kernel that takes it) is densified, as the fit store
-    holds it: ``X_fit_`` is then dense.
+    holds it: ``X_fit_`` is then dense. One whose dense form would exceed
+    ``estimator_args.DENSE_LIMIT_BYTES`` (1 GiB) is refused, naming X.
     """
 
     def __init__(

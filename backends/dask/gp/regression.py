@@ -102,7 +102,8 @@ class GaussianProcessRegressor(ClusterFitMixin, ReferenceGaussianProcessRegresso
         As in the reference. There is no ``L_``: ``factor_`` is the Zarr array of
         the lower Cholesky factor of K + σ²I (that of K/σ² + I is factor_/σ).
         scipy.sparse X (for a kernel that takes it) is densified, as the fit
-        store holds it: ``X_train_`` is then dense.
+        store holds it: ``X_train_`` is then dense. One whose dense form would
+        exceed ``estimator_args.DENSE_LIMIT_BYTES`` (1 GiB) is refused, naming X.
     n_evaluations_, n_resumed_ : int
         Evidence evaluations computed in this fit, and replayed from the store.
     fit_info_ : dict (``solver="cg"`` only)
