@@ -97,7 +97,7 @@ POLISH_NEAR = 1.0
 #: ascent would settle them in hundreds of small steps (the benchmark's Friedman #1,
 #: c = 1, raw, seed 0: 713 of 967 iterations were re-estimations, within 0.1 nats
 #: of the end only at iteration 710; with this, 205 iterations in all). Measured
-#: on the benchmark's 41 problems (before `FastLoop._prune`): ratio 10 takes 5 172
+#: on the benchmark's 41 problems (before `pruned_model`): ratio 10 takes 5 172
 #: iterations in all, 100 takes 7 553 and none 10 834, for 10% and 7% less CPU
 #: time than none; but an early polish deletes what coordinate ascent would keep,
 #: and leads to other maxima: on 12 Friedman #1 problems (c = 0.25, 1) ratio 10
