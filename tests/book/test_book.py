@@ -123,6 +123,26 @@ def test_no_equation_reference_in_parentheses_of_its_own(source):
     assert not found, f"{source.name}: {found} would print doubled parentheses"
 
 
+# A control character in a source (a "\a" written through a Python string became
+# BEL in rvm_fast's γ_j = S_j/α_j) renders as nothing and breaks the formula.
+CONTROL_CHARACTER = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def test_the_control_character_check_sees_one():
+    assert CONTROL_CHARACTER.search("S_j/\x07lpha_j")
+    assert not CONTROL_CHARACTER.search("S_j/\\alpha_j\n\tx")
+
+
+@pytest.mark.parametrize("source", chapter_sources(), ids=lambda p: p.name)
+def test_no_control_characters(source):
+    lines = [
+        n
+        for n, line in enumerate(source.read_text(encoding="utf8").splitlines(), 1)
+        if CONTROL_CHARACTER.search(line)
+    ]
+    assert not lines, f"{source.name}: control characters on lines {lines}"
+
+
 def log_tail(completed):
     return "\n".join(
         (completed.stdout + completed.stderr).splitlines()[-LOG_TAIL_LINES:]
