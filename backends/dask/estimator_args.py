@@ -38,8 +38,9 @@ DENSE_LIMIT_BYTES = 2**30
 
 #: The backend estimators that keep sparse X sparse (CSR in their stores).
 SPARSE_BACKENDS = (
-    "backends.dask.SVC, NuSVC, SVR, NuSVR, OneClassSVM, KernelPCA or "
-    "KernelRidge(solver='cholesky' or 'cg')"
+    "backends.dask.SVC, NuSVC, SVR, NuSVR, OneClassSVM, KernelPCA, "
+    "KernelRidge(solver='cholesky' or 'cg') or "
+    "GaussianProcessRegressor(solver='cholesky')"
 )
 
 

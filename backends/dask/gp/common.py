@@ -118,7 +118,8 @@ def cross_blocks(kernel, x_ref, X, scale=None, block_size=None):
     """Right-hand sides D k(X_train, X_s) for blocks X_s of ``block_size`` test
     points (default: the chunk size), one forward substitution each."""
     b = x_ref.chunk_size if block_size is None else block_size
-    return [CrossRhs(kernel, x_ref, X[s : s + b], scale) for s in range(0, len(X), b)]
+    n = X.shape[0]
+    return [CrossRhs(kernel, x_ref, X[s : s + b], scale) for s in range(0, n, b)]
 
 
 class ExactFit:

@@ -25,7 +25,6 @@ from scipy.linalg import LinAlgError
 from backends.dask import gp_matrix_free as matrix_free
 from backends.dask import gp_variance
 from backends.dask.cluster import get_client
-from backends.dask.estimator_args import dense_samples
 from backends.dask.gp.common import (
     ClusterFitMixin,
     check_backend_args,
@@ -37,6 +36,7 @@ from backends.dask.gp.common import (
 from backends.dask.gp.tiles import KernelTiles
 from kernelref._validation import (
     check_n_features,
+    check_samples,
     check_targets,
     record_n_features,
 )
@@ -101,9 +101,11 @@ class GaussianProcessRegressor(ClusterFitMixin, ReferenceGaussianProcessRegresso
     kernel_, alpha_, log_marginal_likelihood_value_, X_train_, y_train_
         As in the reference. There is no ``L_``: ``factor_`` is the Zarr array of
         the lower Cholesky factor of K + σ²I (that of K/σ² + I is factor_/σ).
-        scipy.sparse X (for a kernel that takes it) is densified, as the fit
-        store holds it: ``X_train_`` is then dense. One whose dense form would
-        exceed ``estimator_args.DENSE_LIMIT_BYTES`` (1 GiB) is refused, naming X.
+        scipy.sparse X (for a kernel that takes it) stays sparse with
+        ``solver="cholesky"``: the fit store holds it as CSR and the tiles come
+        from the kernel's sparse products. ``solver="cg"`` densifies it for its
+        store (``X_train_`` is then dense) and refuses one whose dense form
+        would exceed ``estimator_args.DENSE_LIMIT_BYTES`` (1 GiB), naming X.
     n_evaluations_, n_resumed_ : int
         Evidence evaluations computed in this fit, and replayed from the store.
     fit_info_ : dict (``solver="cg"`` only)
@@ -205,7 +207,7 @@ class GaussianProcessRegressor(ClusterFitMixin, ReferenceGaussianProcessRegresso
             return matrix_free.fit_matrix_free(self, X, y)  # checks solver
         kernel, noise = self._validate_params()
         check_backend_args(self)
-        X = dense_samples(X, kernel)
+        X = check_samples(X, kernel, "X", accept_sparse="kernel")  # CSR kept
         t = check_targets(y, X.shape[0], "y")
         if self.normalize_y:
             y_mean, std = t.mean(axis=0), t.std(axis=0)
@@ -257,12 +259,12 @@ class GaussianProcessRegressor(ClusterFitMixin, ReferenceGaussianProcessRegresso
                 "ask for return_std or return_cov, not both; "
                 "the standard deviation is the root of the covariance's diagonal."
             )
-        X = dense_samples(X, self.kernel_)
+        X = check_samples(X, self.kernel_, "X", accept_sparse="kernel")
         if X.ndim == 2:
             check_n_features(X, self.n_features_in_)
         alpha = self.alpha_.reshape(len(self.alpha_), -1)
         # the covariance needs all test points in one right-hand side
-        b = max(len(X), 1) if return_cov else self._x_ref.chunk_size
+        b = max(X.shape[0], 1) if return_cov else self._x_ref.chunk_size
         blocks = cross_blocks(self.kernel_, self._x_ref, X, block_size=b)
         client = get_client(self.address)
         # the store's factor may hold another θ (log_marginal_likelihood since the fit)

@@ -24,6 +24,7 @@ Three tasks follow the factor:
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse
 from scipy.linalg import solve_triangular
 
 from backends.dask.blocks import block_slice, n_blocks
@@ -161,9 +162,12 @@ def tile_gradient_dot(kernel, X_i, X_j, W_ij, same):
     direct = cross_gradient_dot(kernel, X_i, X_j, W_ij)
     if direct is not None:
         return 2.0 * np.asarray(direct, dtype=np.float64)
-    m = len(X_i)
-    Z = np.concatenate([X_i, X_j], axis=0)
-    W = np.zeros((len(Z), len(Z)))
+    m = X_i.shape[0]
+    if scipy.sparse.issparse(X_i):
+        Z = scipy.sparse.vstack([X_i, X_j], format="csr")
+    else:
+        Z = np.concatenate([X_i, X_j], axis=0)
+    W = np.zeros((Z.shape[0], Z.shape[0]))
     W[:m, m:] = W_ij
     W[m:, :m] = W_ij.T
     return np.asarray(kernel.gradient_dot(Z, W), dtype=np.float64)
