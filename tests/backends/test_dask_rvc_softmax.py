@@ -29,6 +29,9 @@ from kernelref.rvm.softmax_design import KroneckerDesign  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
+#: The classes and kernel of the approximations checked alone.
+K, KERNEL = 3, RBF(0.5)
+
 
 class Interrupted(Exception):
     pass
@@ -41,16 +44,26 @@ def three_classes(n, seed=0):
     return centres[y] + rng.normal(size=(n, 2)), y
 
 
-def test_softmax_approximation_takes_one_pass_and_equals_the_reference(client):
-    X, y = three_classes(120, seed=1)
-    K, kernel, active = 3, RBF(0.5), np.array([0, 5, 22, 100, 301])
-    rng = np.random.default_rng(2)
-    a, t = 2 * rng.normal(size=len(X) * K), one_hot(y, K)
+def whitening_problem(seed):
+    """Three classes, 120 points, and activations a to whiten them at."""
+    X, y = three_classes(120, seed=seed)
+    rng = np.random.default_rng(seed + 1)
+    return X, 2 * rng.normal(size=len(X) * K), one_hot(y, K)
+
+
+def streamed_base(X, client):
+    """A fit store of X and the StreamedDesign Φ on it (c = 1), the softmax
+    designs' base."""
     store = FitStore.prepare(None, X, identity={"t": 1}, chunk_size=50, client=client)
+    return store, StreamedDesign(X, X.mean(axis=0), KERNEL, True, store, client, False)
+
+
+def test_softmax_approximation_takes_one_pass_and_equals_the_reference(client):
+    X, a, t = whitening_problem(1)
+    active = np.array([0, 5, 22, 100, 301])
+    rng = np.random.default_rng(3)
+    store, base = streamed_base(X, client)
     try:
-        base = StreamedDesign(
-            X, X.mean(axis=0), kernel, True, store, client, unit=False
-        )
         passes = base.counts["passes"]
         unit, scales, t_tilde = streamed_softmax_approximation(
             KroneckerDesign(base, K), a, t, Softmax(K), active
@@ -64,7 +77,7 @@ def test_softmax_approximation_takes_one_pass_and_equals_the_reference(client):
         assert base.counts["passes"] == passes + 2
     finally:
         store.remove_if_temporary()
-    Phi = KroneckerDesign(design_matrix(kernel, X, X, True), K)
+    Phi = KroneckerDesign(design_matrix(KERNEL, X, X, True), K)
     dense, dense_scales, dense_t = Phi.whitened(a, t, Softmax(K))
     np.testing.assert_allclose(scales, dense_scales, rtol=1e-12)
     np.testing.assert_array_equal(t_tilde, dense_t)
@@ -83,6 +96,38 @@ def softmax_params(client):
         chunk_size=50,
         address=client.scheduler.address,
     )
+
+
+def test_gram_rows_are_those_of_the_whitened_design_and_independent_of_batch(
+    client,
+):
+    X, a, t = whitening_problem(5)
+    store, base = streamed_base(X, client)
+    try:
+        designs = [
+            streamed_softmax_approximation(KroneckerDesign(base, K), a, t, Softmax(K))[
+                0
+            ]
+            for _ in range(2)
+        ]
+        designs[0].expect([9, 3, 200, 12, 301])  # row 3 shares its pass with 4
+        passes = base.counts["passes"]
+        batched = designs[0].gram_row(3)
+        assert base.counts["passes"] == passes + 1
+        assert len(designs[0]._rows) == 5
+        kept = designs[0].gram_row(301)  # formed in the same pass
+        assert base.counts["passes"] == passes + 1
+        alone = designs[1].gram_row(3)
+        assert len(designs[1]._rows) == 1
+        kept_alone = designs[1].gram_row(301)  # at rows 0-2, not 12-14, of a pass
+    finally:
+        store.remove_if_temporary()
+    np.testing.assert_array_equal(batched, alone)  # bit for bit: resumes agree
+    np.testing.assert_array_equal(kept, kept_alone)
+    dense = KroneckerDesign(design_matrix(KERNEL, X, X, True), K)
+    dense = dense.whitened(a, t, Softmax(K))[0]
+    np.testing.assert_allclose(alone, dense[:, 3] @ dense, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(kept, dense[:, 301] @ dense, rtol=1e-12, atol=1e-13)
 
 
 def assert_same_softmax(backend, ref, X):

@@ -42,7 +42,7 @@ from backends.dask.rvm.tasks import (
 from kernelref.rvm.coordinates import orthonormal_basis
 from kernelref.rvm.design import check_kernel_columns
 
-__all__ = ["PREFETCH", "ROWS_MB", "ROW_GROUP", "StreamedDesign"]
+__all__ = ["PREFETCH", "ROWS_MB", "ROW_GROUP", "StreamedDesign", "batch_size", "forget"]
 
 #: Gram rows formed at most by the pass of an addition whose row is not kept.
 PREFETCH = 32
@@ -275,19 +275,12 @@ class StreamedDesign:
         return self._rows[j]
 
     def _batch_size(self):
-        """Rows of the next batch: ``prefetch`` at first and while a quarter of
-        the rows formed ahead are used, fewer groups as fewer are (one at least).
-        Where additions seldom follow the ranking, or their columns lie nearly
-        in the span and take their own pass, extra rows are wasted work."""
-        groups = max(self.prefetch // ROW_GROUP, 1)
-        used = self._hits / self._extra if self._extra else 1.0
-        return ROW_GROUP * min(groups, 1 + int(4 * (groups - 1) * used))
+        """Rows of the next batch (`batch_size`)."""
+        return batch_size(self.prefetch, self._hits, self._extra)
 
     def _forget(self, n_new):
         """Drop the oldest kept rows so that n_new more fit in ``rows_mb``."""
-        room = max(int(self.rows_mb * 2**20 // (8 * self.shape[1])), self.prefetch)
-        while self._rows and len(self._rows) + n_new > room:
-            self._rows.pop(next(iter(self._rows)))
+        forget(self._rows, n_new, self.rows_mb, self.shape[1], self.prefetch)
 
     def __rmatmul__(self, V):
         """V @ Φ̃ for V of shape (N,) or (k, N): one streamed pass. A vector seen
@@ -313,6 +306,25 @@ class StreamedDesign:
         out[:, self.offset :] = kernel_part
         out *= self._inverse
         return out
+
+
+def batch_size(prefetch, hits, extra):
+    """Rows of the next batch of Gram rows: ``prefetch`` at first and while a
+    quarter of the ``extra`` rows formed ahead are used (``hits``), fewer groups
+    of ``ROW_GROUP`` as fewer are (one at least). Where additions seldom follow
+    the ranking, or their columns lie nearly in the span and take their own
+    pass, extra rows are wasted work."""
+    groups = max(prefetch // ROW_GROUP, 1)
+    used = hits / extra if extra else 1.0
+    return ROW_GROUP * min(groups, 1 + int(4 * (groups - 1) * used))
+
+
+def forget(rows, n_new, rows_mb, width, prefetch):
+    """Drop the oldest of the kept Gram ``rows`` (a dict, oldest first, each
+    ``width`` numbers) so that n_new more fit in ``rows_mb`` MB."""
+    room = max(int(rows_mb * 2**20 // (8 * width)), prefetch)
+    while rows and len(rows) + n_new > room:
+        rows.pop(next(iter(rows)))
 
 
 def _key(v):
