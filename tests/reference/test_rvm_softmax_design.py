@@ -115,3 +115,52 @@ def test_latent_moments_use_the_kept_columns_of_the_expansion_only():
     mean, covariance = latent_moments(Phi_star, mu, Sigma, kept)
     np.testing.assert_array_equal(covariance, np.einsum("nkp,pq,njq->nkj", J, Sigma, J))
     np.testing.assert_array_equal(mean, Phi_star @ mu)
+
+
+class DesignObject:
+    """Φ behind the interface the structured designs ask of their base (shape,
+    columns, left products, `weighted_square_norms`), counting its calls."""
+
+    __array_ufunc__ = None  # so that V @ design calls __rmatmul__
+
+    def __init__(self, Phi):
+        self.Phi, self.shape, self.calls = Phi, Phi.shape, []
+
+    def __getitem__(self, key):
+        self.calls.append("columns")
+        return self.Phi[key]
+
+    def __rmatmul__(self, V):
+        self.calls.append("product")
+        return V @ self.Phi
+
+    def weighted_square_norms(self, d):
+        self.calls.append("norms")
+        return np.einsum("nm,nm,nk->mk", self.Phi, self.Phi, d)
+
+
+def test_structured_designs_work_over_any_base_design(problem):
+    """KroneckerDesign over an object that is not an array (the Dask backend's
+    streamed design is one) gives the designs, products and fit it gives over
+    the array, and asks the object for its norms through its own method."""
+    Phi, K, a, t = problem
+    base = DesignObject(Phi)
+    likelihood = Softmax(K)
+    on_array = KroneckerDesign(Phi, K).whitened(a, t, likelihood)
+    on_object = KroneckerDesign(base, K).whitened(a, t, likelihood)
+    assert base.calls == ["norms"]
+    np.testing.assert_allclose(on_object[1], on_array[1], rtol=1e-14)
+    np.testing.assert_array_equal(on_object[2], on_array[2])
+    index = np.array([0, 1, 20, 21, 50, 103])
+    np.testing.assert_array_equal(on_object[0][:, index], on_array[0][:, index])
+    V = np.random.default_rng(4).normal(size=(3, len(t)))
+    np.testing.assert_allclose(V @ on_object[0], V @ on_array[0], rtol=0, atol=1e-13)
+    assert set(base.calls) == {"norms", "columns", "product"}
+    Phi3, y = three_classes()
+    fits = [
+        fast_classifier(KroneckerDesign(design, 3), one_hot(y, 3), Softmax(3))
+        for design in (Phi3, DesignObject(Phi3))
+    ]
+    np.testing.assert_array_equal(fits[1].keep, fits[0].keep)
+    assert fits[1].n_loop_iter == fits[0].n_loop_iter
+    np.testing.assert_allclose(fits[1].log_evidence, fits[0].log_evidence, rtol=1e-10)
