@@ -39,7 +39,7 @@ DENSE_LIMIT_BYTES = 2**30
 #: The backend estimators that keep sparse X sparse (CSR in their stores).
 SPARSE_BACKENDS = (
     "backends.dask.SVC, NuSVC, SVR, NuSVR, OneClassSVM, KernelPCA, "
-    "KernelRidge(solver='cholesky' or 'cg') or "
+    "KernelRidge(solver='cholesky' or 'cg'), GaussianProcessClassifier or "
     "GaussianProcessRegressor(solver='cholesky')"
 )
 

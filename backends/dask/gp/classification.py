@@ -24,7 +24,6 @@ import numpy as np
 from scipy.linalg import LinAlgError
 
 from backends.dask.cluster import get_client
-from backends.dask.estimator_args import dense, dense_samples
 from backends.dask.gp.common import (
     ClusterFitMixin,
     check_backend_args,
@@ -36,6 +35,7 @@ from backends.dask.gp.common import (
 from backends.dask.gp.tiles import ColumnRhs, KernelTiles
 from kernelref._validation import (
     check_classification_targets,
+    check_samples,
     record_n_features,
 )
 from kernelref.gp_classify import GaussianProcessClassifier as ReferenceClassifier
@@ -72,10 +72,9 @@ class GaussianProcessClassifier(ClusterFitMixin, ReferenceClassifier):
     Attributes
     ----------
     As in the reference, except that ``L_`` is the Zarr array of the factor of
-    B at the mode (in the fit store), not an array in memory, and that
-    scipy.sparse X (for a kernel that takes it) is densified, as the fit store
-    holds it: ``X_fit_`` is then dense. One whose dense form would exceed
-    ``estimator_args.DENSE_LIMIT_BYTES`` (1 GiB) is refused, naming X.
+    B at the mode (in the fit store), not an array in memory. scipy.sparse X
+    (for a kernel that takes it) stays sparse: the fit store holds it as CSR
+    and the tiles come from the kernel's sparse products.
     """
 
     def __init__(
@@ -228,7 +227,7 @@ class GaussianProcessClassifier(ClusterFitMixin, ReferenceClassifier):
         """The reference's fit, with one cluster fit per binary problem."""
         check_backend_args(self)
         kernel = self._validate_params()
-        X = dense_samples(X, kernel)
+        X = check_samples(X, kernel, "X", accept_sparse="kernel")  # CSR kept
         self._forget_fit()
         self.classes_, y_index = check_classification_targets(y, X.shape[0], "y")
         self.X_fit_ = X = X.copy()  # the model owns its data
@@ -257,7 +256,6 @@ class GaussianProcessClassifier(ClusterFitMixin, ReferenceClassifier):
 
     # -- prediction (Algorithm 3.2, label gpc-predictive) ------------------------------
     def _binary_latent(self, X):
-        X = dense(X)  # the reference's _latent keeps sparse X; the blocks are dense
         client = get_client(self.address)
         factor = self._mode.L
         # the store's factor may hold another θ (log_marginal_likelihood since the fit)
