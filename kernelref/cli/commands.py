@@ -8,6 +8,7 @@ import sys
 import numpy as np
 
 from kernelref import io
+from kernelref.base import takes_sparse
 from kernelref.cli import data, models, plugins, runtime
 from kernelref.cli.models import UsageError
 
@@ -50,10 +51,6 @@ def fit(args):
     cluster = plugins.on_cluster(args.backend)
     client = runtime.connect(args) if cluster else _refuse_cluster(args)
     try:
-        X, y, w = data.read_weighted(
-            args.data, args.target, args.weight, args.header, lazy=cluster
-        )
-        _check_target(cls, y, args)
         if "progress" in accepted and "progress" not in params:
             params["progress"] = (
                 (False if args.quiet else None)
@@ -61,6 +58,16 @@ def fit(args):
                 else runtime.progress_callback(runtime._NoBar(), args)
             )
         estimator = cls(**params)
+        # sparse data files stay sparse for a model that takes scipy.sparse X
+        X, y, w = data.read_weighted(
+            args.data,
+            args.target,
+            args.weight,
+            args.header,
+            lazy=cluster,
+            sparse=takes_sparse(estimator),
+        )
+        _check_target(cls, y, args)
         log(args, f"fitting {estimator!r} on {args.data} ({_shape(X)})")
         # a backend fit with a progress= parameter shows its own bar
         steps = 0 if "progress" in accepted else 1
@@ -163,7 +170,7 @@ def _check_writable(path):
 
 
 def _shape(X):
-    return f"{len(X)} samples" + (
+    return f"{X.shape[0]} samples" + (
         f" × {X.shape[1]} features" if np.ndim(X) == 2 else ""
     )
 
@@ -191,7 +198,7 @@ def _cluster(args):
 
 def _predict(args):
     model = io.load(args.model_file)
-    X, _, _ = data.read_weighted(args.data, args.target, args.weight, args.header)
+    X, _, _ = _read(args, model)
     if args.proba and args.std:
         raise UsageError("give --proba or --std, not both.")
     if args.proba:
@@ -243,6 +250,19 @@ def _text(value):
     return str(value)
 
 
+def _read(args, model):
+    """X, y, w of --data as `model` takes them: sparse files kept sparse when it
+    takes scipy.sparse X, libsvm files padded to its number of features."""
+    return data.read_weighted(
+        args.data,
+        args.target,
+        args.weight,
+        args.header,
+        sparse=takes_sparse(model),
+        width=getattr(model, "n_features_in_", None),
+    )
+
+
 # -- evaluate --------------------------------------------------------------------------
 def evaluate(args):
     with _cluster(args):
@@ -251,7 +271,7 @@ def evaluate(args):
 
 def _evaluate(args):
     model = io.load(args.model_file)
-    X, y, w = data.read_weighted(args.data, args.target, args.weight, args.header)
+    X, y, w = _read(args, model)
     if y is None:
         raise UsageError(
             f"evaluate compares predictions with targets: give --target COLUMN "

@@ -20,19 +20,32 @@ class DataError(ValueError):
     """A data file the command line cannot read; the message names where and why."""
 
 
-def read(path, target=None, header="auto", lazy=False):
+def read(path, target=None, header="auto", lazy=False, sparse=False, width=None):
     """X and y from the file at `path`, by its extension.
 
     `target` names the target column (a CSV header name, or an integer index
     counted from 0, negative from the end; for .npz and Zarr groups the name of
     the target array). libsvm files always carry their target. With `lazy`, a
     Zarr array is returned as a dask array, read chunk by chunk by the backend.
+    With `sparse` (the model takes scipy.sparse X), a libsvm file of stored
+    entries below `SPARSE_DENSITY` and a scipy.sparse .npz (``save_npz``) are
+    returned as CSR, never made dense; else dense. `width` (the model's
+    ``n_features_in_``) pads a libsvm file's X with the zero columns its lines
+    omit, as libsvm's svm-predict does.
     """
-    X, y, _ = read_weighted(path, target, None, header, lazy)
+    X, y, _ = read_weighted(path, target, None, header, lazy, sparse, width)
     return X, y
 
 
-def read_weighted(path, target=None, weight=None, header="auto", lazy=False):
+def read_weighted(
+    path,
+    target=None,
+    weight=None,
+    header="auto",
+    lazy=False,
+    sparse=False,
+    width=None,
+):
     """X, y and the sample weights w from the file at `path` (`read`'s rules).
 
     `weight` names the weight column as `target` names the target's (a header
@@ -59,14 +72,84 @@ def read_weighted(path, target=None, weight=None, header="auto", lazy=False):
                 "lines are 'label index:value ...'); drop --weight, or write the "
                 "data as CSV with a weight column or as .npz with a weight array."
             )
-        return (*read_libsvm(path), None)
+        return (*read_libsvm_as(path, sparse, width), None)
     if kind == "csv":
         return read_csv(path, target, header, weight)
     if kind == "npy":
         return _split(np.load(path, allow_pickle=False), target, path, weight)
     if kind == "npz":
-        return _read_arrays(np.load(path, allow_pickle=False), target, path, weight)
+        arrays = np.load(path, allow_pickle=False)
+        if _SPARSE_NPZ <= set(arrays.keys()):
+            return _read_sparse_npz(path, target, weight, sparse)
+        return _read_arrays(arrays, target, path, weight)
     return _read_zarr(path, target, lazy, weight)
+
+
+#: below this fraction of stored entries a libsvm file is read as sparse for a
+#: model that takes sparse X (above it, dense kernel blocks are faster)
+SPARSE_DENSITY = 0.25
+
+#: the arrays of a scipy.sparse.save_npz file
+_SPARSE_NPZ = {"format", "shape", "data", "indices", "indptr"}
+
+#: the largest X (bytes) made dense for a model that needs dense input
+DENSE_MAX_BYTES = 1 << 30
+
+
+def read_libsvm_as(path, sparse, width=None):
+    """X and y of a libsvm file as a model takes X: CSR when it takes sparse X
+    (`sparse`) and under `SPARSE_DENSITY` of the entries are stored, as libsvm
+    keeps it; else dense (`dense`). `width`: `fit_width`'s."""
+    X, y = read_libsvm(path, sparse=True)
+    X = fit_width(X, width)
+    return (X if sparse and density(X) < SPARSE_DENSITY else dense(X, path)), y
+
+
+def density(X):
+    """The fraction of X's entries stored (a CSR matrix)."""
+    return X.nnz / max(1, X.shape[0] * X.shape[1])
+
+
+def dense(X, path):
+    """A sparse X as a dense array for a model that needs one; refused, before
+    any work, when that array would exceed `DENSE_MAX_BYTES`."""
+    size = 8 * X.shape[0] * X.shape[1]
+    if size > DENSE_MAX_BYTES:
+        from kernelref._validation import SPARSE_ESTIMATORS, SPARSE_KERNELS
+
+        raise DataError(
+            f"{path}: X is sparse ({X.shape[0]} × {X.shape[1]}, {X.nnz} stored "
+            f"entries) and this model needs it dense, {size / 2**30:.1f} GiB. Fit a "
+            f"model that takes sparse X ({SPARSE_ESTIMATORS}, with the kernel "
+            f"{SPARSE_KERNELS}), or fewer samples or features."
+        )
+    return X.toarray()
+
+
+def fit_width(X, width):
+    """libsvm files omit trailing zero features: X (CSR) padded with zero columns,
+    or cut of all-zero ones, to `width` (None: X as read)."""
+    if width is None or X.shape[1] == width:
+        return X
+    if X.shape[1] < width:
+        return type(X)((X.data, X.indices, X.indptr), shape=(X.shape[0], width))
+    return X[:, :width] if X[:, width:].count_nonzero() == 0 else X
+
+
+def _read_sparse_npz(path, target, weight, sparse):
+    """A scipy.sparse.save_npz file: X alone (CSR, or dense for a model that
+    needs dense X); it has no target or weight arrays to name."""
+    if target is not None or weight is not None:
+        raise DataError(
+            f"{path}: a scipy.sparse .npz file (save_npz) holds X only, no "
+            f"{'target' if target is not None else 'weight'} array; drop "
+            f"--{'target' if target is not None else 'weight'}, or write the data "
+            "with its labels in libsvm format (sklearn.datasets.dump_svmlight_file)."
+        )
+    from scipy.sparse import load_npz
+
+    X = load_npz(path).tocsr()
+    return (X if sparse else dense(X, path)), None, None
 
 
 def format_of(path):

@@ -12,6 +12,7 @@ import sys
 import numpy as np
 
 from kernelref import io
+from kernelref.base import takes_sparse
 from kernelref.cli import data, runtime
 from kernelref.cli.commands import write_output
 from kernelref.cli.models import UsageError
@@ -229,19 +230,11 @@ def svm_train(argv):
     return 0
 
 
-#: below this fraction of stored entries a libsvm file is trained on as sparse
-SPARSE_DENSITY = 0.25
-
-
 def _training_data(path, estimator):
     """X sparse, as libsvm keeps it, when the file is mostly zeros and the
     estimator takes sparse input (the SVMs on the linear, polynomial, RBF and
     sigmoid kernels); dense otherwise."""
-    X, y = data.read_libsvm(path, sparse=True)
-    density = X.nnz / max(1, X.shape[0] * X.shape[1])
-    if density < SPARSE_DENSITY and type(estimator).__name__ != "PlattCalibrated":
-        return X, y
-    return X.toarray(), y
+    return data.read_libsvm_as(path, type(estimator).__name__ != "PlattCalibrated")
 
 
 def _precomputed(path):
@@ -327,9 +320,10 @@ def svm_predict(argv):
         )
     test_file, model_file, output_file = argv[i:]
     model = io.load(model_file)
-    X, y = data.read_libsvm(test_file)
-    width = getattr(model, "n_features_in_", X.shape[1])
-    X = _fit_width(X, width)
+    # a sparse test file stays sparse for a model that takes sparse X
+    X, y = data.read_libsvm_as(
+        test_file, takes_sparse(model), getattr(model, "n_features_in_", None)
+    )
     classification = getattr(model, "_estimator_type", None) == "classifier"
     if probability:
         if not hasattr(model, "predict_proba"):
@@ -356,16 +350,6 @@ def svm_predict(argv):
         print(f"Mean squared error = {mse:g} (regression)")
         print(f"Squared correlation coefficient = {r2:g} (regression)")
     return 0
-
-
-def _fit_width(X, width):
-    """libsvm files omit trailing zero features: pad (or cut zero columns) to
-    `width`."""
-    if X.shape[1] < width:
-        return np.hstack([X, np.zeros((len(X), width - X.shape[1]))])
-    if X.shape[1] > width and not X[:, width:].any():
-        return X[:, :width]
-    return X
 
 
 def _write_probabilities(path, classes, predicted, P):
