@@ -40,7 +40,7 @@ DENSE_LIMIT_BYTES = 2**30
 SPARSE_BACKENDS = (
     "backends.dask.SVC, NuSVC, SVR, NuSVR, OneClassSVM, KernelPCA, "
     "KernelRidge(solver='cholesky' or 'cg'), GaussianProcessClassifier or "
-    "GaussianProcessRegressor(solver='cholesky')"
+    "GaussianProcessRegressor"
 )
 
 

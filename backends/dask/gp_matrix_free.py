@@ -72,17 +72,18 @@ import time
 import weakref
 
 import numpy as np
+import scipy.sparse
 from scipy.linalg import eigh_tridiagonal, qr
 
 from backends.dask import cg as _cg
 from backends.dask.blocks import kernel_block, reusable_buffer
-from backends.dask.estimator_args import dense_samples
 from backends.dask.gp_variance import check_predict_args
 from backends.dask.runtime import FitStore, map_chunks, run_keyed_loop
 from kernelref._validation import (
     check_integer,
     check_n_features,
     check_positive,
+    check_samples,
     check_targets,
     evaluate_kernel,
     record_n_features,
@@ -149,16 +150,16 @@ def slq_log_quadrature(alphas, betas, norm_sq, steps=None):
 def derivative_rows(ref, i, W, rbf, scale, shift, names):
     """Worker task: rows i of (∂K/∂log θ_p) W for each free hyperparameter p."""
     X_i, x_norms = _cg.centred_chunk(ref, i, shift)
-    outs = [np.zeros((len(X_i), W.shape[1])) for _ in names]
+    outs = [np.zeros((X_i.shape[0], W.shape[1])) for _ in names]
     buffer = reusable_buffer(_cg.TILE_ROWS * _cg.TILE_COLS)
     log_buffer = np.empty(_cg.TILE_ROWS * _cg.TILE_COLS)
     tiny = np.finfo(float).tiny
     for j in range(ref.n_chunks):
         X_j, y_norms = _cg.centred_chunk(ref, j, shift)
         W_j = W[ref.rows(j)]
-        for c0 in range(0, len(X_j), _cg.TILE_COLS):
+        for c0 in range(0, X_j.shape[0], _cg.TILE_COLS):
             cols = slice(c0, c0 + _cg.TILE_COLS)
-            for r0 in range(0, len(X_i), _cg.TILE_ROWS):
+            for r0 in range(0, X_i.shape[0], _cg.TILE_ROWS):
                 rows = slice(r0, r0 + _cg.TILE_ROWS)
                 E = kernel_block(
                     rbf, X_i[rows], X_j[cols], buffer, x_norms[rows], y_norms[cols]
@@ -264,15 +265,17 @@ class MatrixFreeEvidence:
         )
         self.checkpoint_seconds = checkpoint_seconds
         rng = np.random.default_rng(random_state)
-        most = _cg.auto_rank_cap(len(X)) if rank == "auto" else rank
+        n = X.shape[0]
+        most = _cg.auto_rank_cap(n) if rank == "auto" else rank
         self.G1 = rng.standard_normal((most, n_probes))
-        self.G2 = rng.standard_normal((len(X), n_probes))
+        self.G2 = rng.standard_normal((n, n_probes))
         # the sketch of Hutch++ from its own stream: the probes are the same
         # for both estimators
         sketch = np.random.default_rng([int(random_state), 1])
-        self.S = sketch.standard_normal((len(X), max(1, n_probes // 3)))
+        self.S = sketch.standard_normal((n, max(1, n_probes // 3)))
         self.alpha = None
-        self.shift = X.mean(axis=0)
+        # RBF and c·RBF are shift invariant; sparse X is never shifted (CSR)
+        self.shift = None if scipy.sparse.issparse(X) else X.mean(axis=0)
 
     def _derivative_times(self, W, rbf, scale, names):
         """(∂K/∂log θ_p) W for every p, streamed: an array (p, n, k)."""
@@ -577,7 +580,7 @@ def fit_matrix_free(est, X, y):
     kernel, noise = est._validate_params()
     check_backend_args(est)
     rbf_parts(kernel)
-    X = dense_samples(X, kernel)
+    X = check_samples(X, kernel, "X", accept_sparse="kernel")  # CSR kept
     t = check_targets(y, X.shape[0], "y")
     if t.ndim != 1:
         raise ValueError(
@@ -635,13 +638,13 @@ def predict_mean(est, X):
     """The predictive mean k*ᵀα (``gp-predictive-mean``) of a ``solver="cg"`` fit,
     k(X*, X) formed ``PREDICT_ROWS`` test rows at a time. The variance is
     ``gp_variance.predict``'s."""
-    X = dense_samples(X, est.kernel_)
+    X = check_samples(X, est.kernel_, "X", accept_sparse="kernel")
     check_n_features(X, est.n_features_in_)
     mean = np.concatenate(
         [
             evaluate_kernel(est.kernel_, X[s : s + PREDICT_ROWS], est.X_train_)
             @ est.alpha_
-            for s in range(0, len(X), PREDICT_ROWS)
+            for s in range(0, X.shape[0], PREDICT_ROWS)
         ]
     )
     return est._y_mean + est._y_std * mean

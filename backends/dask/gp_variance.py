@@ -37,15 +37,17 @@ import hashlib
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse
 
 from backends.dask import cg as _cg
 from backends.dask.blocks import kernel_block
-from backends.dask.estimator_args import dense_samples
 from backends.dask.runtime import FitStore, map_chunks, run_keyed_loop
+from backends.dask.sparse_rows import fingerprint as sparse_fingerprint
 from kernelref._validation import (
     check_integer,
     check_n_features,
     check_positive,
+    check_samples,
 )
 
 __all__ = [
@@ -114,6 +116,8 @@ def auto_batch(n):
 def cross_rows(ref, i, X_star, kernel, shift):
     """Worker task: rows i of K* = k(X, X*), X read from the store."""
     X_i, x_norms = _cg.centred_chunk(ref, i, shift)
+    if shift is None:  # sparse X: CSR blocks, the kernel's own products
+        return kernel_block(kernel, X_i, X_star)
     Y = X_star - shift
     return kernel_block(kernel, X_i, Y, None, x_norms, np.einsum("ij,ij->i", Y, Y))
 
@@ -144,8 +148,13 @@ class PredictiveCovariance:
         self.client, self.store, self.kernel, self.noise = client, store, kernel, noise
         self.tol, self.max_iter = tol, max_iter
         self.progress, self.resume = progress, resume
-        # RBF and c·RBF, the matrix-free path's kernels, are shift invariant
-        self.shift = np.asarray(X, dtype=np.float64).mean(axis=0)
+        # RBF and c·RBF, the matrix-free path's kernels, are shift invariant;
+        # sparse X is never shifted (CSR)
+        self.shift = (
+            None
+            if scipy.sparse.issparse(X)
+            else np.asarray(X, dtype=np.float64).mean(axis=0)
+        )
         self.K_times = _cg.StreamedGram(store, kernel, client, shift=self.shift)
         L = _cg.preconditioner_factor(kernel, X, rank, noise)
         self.M_inv = _cg.WoodburyPreconditioner(L, noise)
@@ -168,7 +177,11 @@ class PredictiveCovariance:
             self.max_iter,
         )
         # the checkpoint belongs to one θ, σ², batch of test points and tol
-        digest = hashlib.sha256(np.ascontiguousarray(X_star).tobytes()).hexdigest()
+        digest = (
+            sparse_fingerprint(X_star)["sha256"]
+            if scipy.sparse.issparse(X_star)
+            else hashlib.sha256(np.ascontiguousarray(X_star).tobytes()).hexdigest()
+        )
         key = f"{self.kernel.theta.tolist()} {noise!r} {self.tol!r} {digest}"
         state, _ = run_keyed_loop(
             solver,
@@ -229,7 +242,7 @@ def resolve_predict_args(est, n_star, full):
     tol = est.predict_tol if est.predict_tol is not None else est.tol
     tol = check_predict_args(tol, est.predict_batch)
     b = (
-        auto_batch(len(est.X_train_))
+        auto_batch(est.X_train_.shape[0])
         if est.predict_batch is None
         else est.predict_batch
     )
@@ -250,7 +263,7 @@ def predictive_covariance(est, X, full=False):
     """
     from backends.dask.cluster import get_client
 
-    tol, b = resolve_predict_args(est, len(X), full)
+    tol, b = resolve_predict_args(est, X.shape[0], full)
     client = get_client(est.address)
     solver = PredictiveCovariance(
         client,
@@ -265,7 +278,7 @@ def predictive_covariance(est, X, full=False):
         resume=est.resume,
     )
     parts = []
-    for s in range(0, len(X), b):
+    for s in range(0, X.shape[0], b):
         parts.append(solver(X[s : s + b], full))
     scale = est._y_std**2
     value = parts[0].value if full else np.concatenate([p.value for p in parts])
@@ -286,10 +299,10 @@ def predict(est, X, return_std=False, return_cov=False):
             "ask for return_std or return_cov, not both; "
             "the standard deviation is the root of the covariance's diagonal."
         )
-    X = dense_samples(X, est.kernel_)
+    X = check_samples(X, est.kernel_, "X", accept_sparse="kernel")
     check_n_features(X, est.n_features_in_)
     if return_std or return_cov:
-        resolve_predict_args(est, len(X), return_cov)
+        resolve_predict_args(est, X.shape[0], return_cov)
     mean = predict_mean(est, X)
     if not (return_std or return_cov):
         return mean

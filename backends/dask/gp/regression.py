@@ -101,11 +101,9 @@ class GaussianProcessRegressor(ClusterFitMixin, ReferenceGaussianProcessRegresso
     kernel_, alpha_, log_marginal_likelihood_value_, X_train_, y_train_
         As in the reference. There is no ``L_``: ``factor_`` is the Zarr array of
         the lower Cholesky factor of K + σ²I (that of K/σ² + I is factor_/σ).
-        scipy.sparse X (for a kernel that takes it) stays sparse with
-        ``solver="cholesky"``: the fit store holds it as CSR and the tiles come
-        from the kernel's sparse products. ``solver="cg"`` densifies it for its
-        store (``X_train_`` is then dense) and refuses one whose dense form
-        would exceed ``estimator_args.DENSE_LIMIT_BYTES`` (1 GiB), naming X.
+        scipy.sparse X (for a kernel that takes it) stays sparse with either
+        solver: the fit store holds it as CSR and the tiles and streamed blocks
+        come from the kernel's sparse products, unshifted.
     n_evaluations_, n_resumed_ : int
         Evidence evaluations computed in this fit, and replayed from the store.
     fit_info_ : dict (``solver="cg"`` only)
