@@ -15,7 +15,7 @@ import os
 import numpy as np
 import scipy.sparse
 
-from kernelref._validation import check_integer, check_samples
+from kernelref._validation import check_integer
 
 __all__ = [
     "OPERATIONAL",
@@ -25,7 +25,6 @@ __all__ = [
     "check_resume",
     "check_store",
     "dense",
-    "dense_samples",
     "fit_identity",
     "kernel_identity",
     "refuse_precomputed",
@@ -64,13 +63,6 @@ def dense(X, name="X"):
             f"products; or reduce {name}'s columns."
         )
     return X.toarray()
-
-
-def dense_samples(X, kernel, name="X"):
-    """X checked as the reference checks it for `kernel` (scipy.sparse where the
-    kernel takes it), then ``dense``: for estimators whose fitted state and
-    predictions are computed from the fit store's dense rows."""
-    return dense(check_samples(X, kernel, name, accept_sparse="kernel"), name)
 
 
 #: Arguments that change how a fit runs, never what it computes: a store is

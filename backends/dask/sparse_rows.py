@@ -16,8 +16,9 @@ CRC-32 is recorded when it is written (``backends.dask.integrity``) and
 checked when a worker reads it, so a truncated or altered chunk is refused by
 name instead of read as other indices. Workers compute kernel blocks from the
 CSR rows with the kernels' own sparse products (``kernelref.kernels.vector``):
-the SVMs' gradient products, KernelPCA's passes; ``GramStore`` takes sparse X
-too (scattered as CSR) for ``KernelRidge(solver="cholesky")``.
+the SVMs' gradient products, KernelPCA's passes, the GPs' tiles and streamed
+blocks, CG ridge's products; ``GramStore`` takes sparse X too (scattered as
+CSR) for ``KernelRidge(solver="cholesky")``.
 """
 
 import hashlib
