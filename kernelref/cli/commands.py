@@ -3,6 +3,8 @@
 import contextlib
 import json
 import os
+import pathlib
+import shutil
 import sys
 
 import numpy as np
@@ -48,6 +50,11 @@ def fit(args):
         # store must outlive this process: keep it beside the model file
         params["store"] = args.out + ".store"
         note(args, f"the backend's store is {params['store']} (choose with --store)")
+    if args.overwrite and params.get("store") is None:
+        raise UsageError(
+            f"--overwrite: {cls.__module__}.{cls.__name__} keeps no store; drop "
+            "--overwrite."
+        )
     cluster = plugins.on_cluster(args.backend)
     client = runtime.connect(args) if cluster else _refuse_cluster(args)
     try:
@@ -71,7 +78,12 @@ def fit(args):
         log(args, f"fitting {estimator!r} on {args.data} ({_shape(X)})")
         # a backend fit with a progress= parameter shows its own bar
         steps = 0 if "progress" in accepted else 1
-        with runtime.progress_bar(args, steps, f"fit {cls.__name__}") as bar:
+        if args.overwrite:
+            _clear_store(params["store"])
+        with (
+            runtime.progress_bar(args, steps, f"fit {cls.__name__}") as bar,
+            _store_fix(params.get("store")),
+        ):
             weighted = {} if w is None else {"sample_weight": w}
             estimator.fit(X, **weighted) if y is None else estimator.fit(
                 X, y, **weighted
@@ -95,6 +107,46 @@ def fit(args):
             client.close()
     say(args, f"saved {type(estimator).__name__} to {args.out}")
     return 0
+
+
+#: the formats of the backends' stores that --overwrite may remove (the Dask
+#: backend's FitStore and GramStore); kernelref does not import its backends
+STORE_FORMATS = ("kernelref.fit_store", "kernelref.gram_store")
+
+
+def _clear_store(path):
+    """--overwrite: remove the store at `path` (if any) when its zarr.json names
+    a kernelref store format; any other directory is never cleared."""
+    path = pathlib.Path(path)
+    if not path.exists():
+        return
+    try:
+        attributes = json.loads((path / "zarr.json").read_text())["attributes"]
+        kind = attributes.get("format")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        kind = None
+    if kind not in STORE_FORMATS:
+        raise UsageError(
+            f"--overwrite: {path} is not a kernelref store (a fit store or a Gram "
+            "store), and only those are replaced; remove it yourself or give "
+            "another --store."
+        )
+    shutil.rmtree(path)
+
+
+@contextlib.contextmanager
+def _store_fix(store):
+    """A backend refuses a store made for other data naming the Python
+    argument overwrite=True; on the command line the fix is --overwrite."""
+    try:
+        yield
+    except ValueError as error:
+        if store is None or "overwrite=True" not in str(error):
+            raise
+        raise ValueError(
+            f"{error} On the command line: add --overwrite to replace the store "
+            f"{store}, or give another --store."
+        ) from error
 
 
 def _fitted_summary(estimator):

@@ -329,3 +329,46 @@ def test_every_backend_model_saves_and_loads_bit_identically(tmp_path):
             assert expected and expected.keys() == got.keys(), name
             for method in expected:
                 assert np.array_equal(got[method], expected[method]), (name, method)
+
+
+@pytest.mark.parametrize("solver", ["cholesky", "cg"])
+def test_refitting_on_other_data_replaces_the_store_with_overwrite(
+    solver, run, tmp_path
+):
+    """`kernelref fit` keeps a backend's store beside --out; fitting again with the
+    same --out on other data is refused (the store is for the first data), the
+    message naming --overwrite (not only the Python argument overwrite=True), and
+    --overwrite replaces the store: the model is the reference's on the new data.
+    A directory that is not a kernelref store is never cleared. (Gram store for
+    cholesky, fit store for cg; before, --overwrite did not exist.)"""
+    other = X + 1.0
+    np.savez(tmp_path / "a.npz", X=X, y=t)
+    np.savez(tmp_path / "b.npz", X=other, y=t)
+    params = ["--param", "lam=0.1", "--param", "gamma=0.5", "--param", "chunk_size=16"]
+    params += ["--param", f"solver={solver}", "--backend", "dask", "--out", "m.krm"]
+    with cluster(protocol="tcp") as local:
+        address = ["--scheduler", local.scheduler_address]
+        done = run("fit", "KernelRidge", "--data", "a.npz", *params, *address)
+        assert done.returncode == 0, done.stderr
+        done = run("fit", "KernelRidge", "--data", "b.npz", *params, *address)
+        assert done.returncode == 1
+        assert "--overwrite" in done.stderr and "m.krm.store" in done.stderr
+        done = run(
+            "fit", "KernelRidge", "--data", "b.npz", *params, *address, "--overwrite"
+        )
+        assert done.returncode == 0, done.stderr
+        model = kernelref.load(tmp_path / "m.krm")
+        expected = kernelref.KernelRidge(lam=0.1, gamma=0.5).fit(other, t)
+        np.testing.assert_allclose(
+            model.predict(other), expected.predict(other), atol=1e-8
+        )
+        (tmp_path / "mine").mkdir()
+        (tmp_path / "mine" / "notes.txt").write_text("keep me")
+        done = run(
+            "fit", "KernelRidge", "--data", "b.npz", *params, *address,
+            "--overwrite", "--store", "mine",
+        )  # fmt: skip
+        assert done.returncode == 2 and "not a kernelref store" in done.stderr
+        assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+    done = run("fit", "KernelRidge", "--data", "a.npz", "--overwrite", "--out", "r.krm")
+    assert done.returncode == 2 and "keeps no store" in done.stderr
