@@ -94,10 +94,13 @@ def _embedded_client():
         )
         client = distributed.Client(cluster)
         _embedded.update(cluster=cluster, client=client)
+        # registered after distributed's own exit handlers, so it runs before them
+        # (last registered, first run): the client goes before its workers, and the
+        # scheduler does not warn that removing them lost the results still held
+        atexit.register(_close_embedded)
         return client
 
 
-@atexit.register
 def _close_embedded():
     client, cluster = _embedded.pop("client", None), _embedded.pop("cluster", None)
     if client is not None:

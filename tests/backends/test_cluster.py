@@ -95,3 +95,28 @@ def test_embedded_cluster_is_sized_to_machine_and_reused(tmp_path):
     """,
     )
     assert out.split() == ["True", str(n_workers), "[1]", f"[{memory_limit}]"]
+
+
+def test_embedded_cluster_closes_quietly_with_results_held(tmp_path):
+    """A script (or `kernelref fit -q`) that exits holding results on the embedded
+    cluster writes nothing to stderr: before, the scheduler warned that removing
+    each worker lost computed tasks (every run of this script)."""
+    script = tmp_path / "held.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import numpy as np
+            from backends.dask.cluster import get_client
+
+            if __name__ == "__main__":
+                client = get_client()
+                held = client.map(np.ones, range(1, 20))
+                print(sum(a.sum() for a in client.gather(held)))
+            """
+        )
+    )
+    result = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0 and result.stdout.split() == ["190.0"]
+    assert result.stderr == ""
