@@ -497,7 +497,14 @@ class _BaseRegressionLike(_BaseSVM):
                 [np.maximum(coef[keep], 0), np.maximum(-coef[keep], 0)]
             )
         qp = replace(qp, src=keep[qp.src])
-        return [DualProblem(qp, alpha, -self.intercept_[0], self._r[0])]
+        # dual_coef_ holds α − α* only; ν-SVR's Σ(α + α*) = Δ₂ may need more than
+        # the least split read here (kkt.complete_split). ε-SVR has no such
+        # equality, and with ε > 0 no optimum has α_n, α*_n both positive.
+        return [
+            DualProblem(
+                qp, alpha, -self.intercept_[0], self._r[0], split_known=not qp.nu
+            )
+        ]
 
     def pairwise_decision(self, X):
         """The decision values as one column, shape (n_samples, 1)."""

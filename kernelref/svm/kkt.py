@@ -21,7 +21,14 @@ import numpy as np
 
 from kernelref._validation import check_samples
 
-__all__ = ["DualProblem", "KKTReport", "gram_product", "kkt_report", "qp_kkt"]
+__all__ = [
+    "DualProblem",
+    "KKTReport",
+    "complete_split",
+    "gram_product",
+    "kkt_report",
+    "qp_kkt",
+]
 
 
 @dataclass
@@ -35,6 +42,10 @@ class KKTReport:
     equality: float
     primal_objective: float
     dual_objective: float
+    #: the α checked, and what the report had to choose because the stored model
+    #: does not determine it (empty when it determines every α_t)
+    alpha: np.ndarray = None
+    notes: tuple = ()
 
     @property
     def duality_gap(self):
@@ -55,13 +66,18 @@ class KKTReport:
 class DualProblem:
     """One binary machine's QP (svm-generic-qp) and the solution a fitted model holds:
     α (unscaled for ν-SVC), ρ, r, and ``scale``, the factor that turns the model's
-    decision values into those of the QP (r for ν-SVC, whose model is α/r, ρ/r)."""
+    decision values into those of the QP (r for ν-SVC, whose model is α/r, ρ/r).
+
+    ``split_known`` is False for ν-SVR read back from ``dual_coef_``, which holds
+    β_n = α_n − α*_n only: `alpha` is then the least split (α_n = max(β_n, 0),
+    α*_n = max(−β_n, 0)), and ``kkt_report`` completes it (``complete_split``)."""
 
     qp: object
     alpha: np.ndarray
     rho: float
     r: float = 0.0
     scale: float = 1.0
+    split_known: bool = True
 
 
 #: α read back from ``dual_coef_`` (α/r for ν-SVC, rescaled here by r) carries a
@@ -75,6 +91,48 @@ def _snap_to_bounds(alpha, C):
     return np.where(np.abs(alpha - C) <= BOUND_RTOL * scale, C, alpha)
 
 
+def complete_split(qp, alpha, g):
+    """The ν-SVR split (α, α*) with α − α* as in `alpha` that meets Σ(α + α*) = Δ₂
+    (label ``nu-svr-dual``) with the least KKT violation; returns (α, notes).
+
+    `alpha` is the least split, α_n α*_n = 0, of total Σ|β_n| ≤ Δ₂ at an optimum.
+    Adding s_n to both α_n and α*_n keeps β and f(α) (pᵀα = −zᵀβ, Qα depends on β
+    only) and costs the complementary slackness max(g_n, g*_n, 0) wherever both
+    become positive; g_n + g*_n = −2r = 2ε. With a tube ε > 0 no optimum has both
+    positive, so the least split is the solver's; when the tube collapses (ε = 0,
+    e.g. N < D with a linear kernel: the data are fitted exactly) Σ|β_n| < Δ₂
+    and the solver spread the remaining Δ₂ − Σ|β_n| over samples with α_n, α*_n
+    both positive, a split ``dual_coef_`` cannot hold. The model is optimal
+    exactly when some split satisfies the KKT conditions: the remainder goes to
+    the samples of least cost first, each up to its box, which makes the largest
+    cost the least possible. What cannot be placed stays an equality violation.
+    """
+    half = len(alpha) // 2
+    a, a_star = alpha[:half].copy(), alpha[half:].copy()
+    remainder = qp.alpha0.sum() - alpha.sum()
+    if remainder <= BOUND_RTOL * qp.alpha0.sum():
+        return alpha, ()
+    room = np.maximum(qp.C[:half] - np.maximum(a, a_star), 0.0)
+    cost = np.maximum(g[:half], g[half:])
+    left = remainder / 2.0
+    filled = 0
+    for n in np.argsort(cost, kind="stable"):
+        if left <= 0:
+            break
+        s = min(room[n], left)
+        a[n] += s
+        a_star[n] += s
+        left -= s
+        filled += int(s > 0)
+    note = (
+        f"dual_coef_ holds α − α* only; Σ(α + α*) = {qp.alpha0.sum():.6g} needs "
+        f"{remainder:.6g} more than Σ|α − α*|, checked by adding half of it to α "
+        f"and half to α* of the {filled} samples of least max(g, g*) (any split of "
+        "the same α − α* has the same objective)"
+    )
+    return _snap_to_bounds(np.concatenate([a, a_star]), qp.C), (note,)
+
+
 def qp_kkt(qp, K, alpha, rho, r=0.0, decision=None):
     """KKTReport of (α, ρ, r) for `qp`; `decision` the model's decision values on the
     samples of the variables (libsvm's sign), for the stationarity check."""
@@ -83,12 +141,16 @@ def qp_kkt(qp, K, alpha, rho, r=0.0, decision=None):
     return _report(qp, alpha, rho, r, K @ coef, decision)
 
 
-def _report(qp, alpha, rho, r, K_coef, decision):
+def _report(qp, alpha, rho, r, K_coef, decision, split_known=True):
     """The report from K_coef = K @ Σ_t y_t α_t e_src(t), the only use of the Gram
-    matrix: G = p + y ∘ K_coef[src] (label ``svm-gradient``)."""
+    matrix: G = p + y ∘ K_coef[src] (label ``svm-gradient``). Without
+    `split_known`, α is ν-SVR's least split, completed by ``complete_split``."""
     alpha = _snap_to_bounds(alpha, qp.C)
     G = qp.p + qp.y * K_coef[qp.src]
     g = G - rho * qp.y - r
+    notes = ()
+    if not split_known:
+        alpha, notes = complete_split(qp, alpha, g)
     below, above = alpha < qp.C, alpha > 0
     primal = np.where(below, np.maximum(-g, 0.0), 0.0)
     slack = np.where(above, np.maximum(g, 0.0), 0.0)
@@ -115,6 +177,8 @@ def _report(qp, alpha, rho, r, K_coef, decision):
         float(equality),
         float(primal_objective),
         float(-f),
+        alpha,
+        notes,
     )
 
 
@@ -152,7 +216,8 @@ def kkt_report(
     K in row blocks in memory, and a backend passes its own (computed on a
     cluster), with `decision` computed there too. Multiclass machines give one
     report per pair; the returned one holds the largest violation and gap, with
-    ``pair_reports`` listing all.
+    ``pair_reports`` listing all. ``notes`` says what the stored model leaves
+    open and how it was checked (ν-SVR's split of α − α*, ``complete_split``).
     """
     kernel = estimator.kernel_
     X = check_samples(X, kernel, "X", accept_sparse="kernel")
@@ -171,7 +236,13 @@ def kkt_report(
         decision = estimator.pairwise_decision(X)
     reports = [
         _report(
-            d.qp, d.alpha, d.rho, d.r, K_coef[:, p], d.scale * decision[d.qp.src, p]
+            d.qp,
+            d.alpha,
+            d.rho,
+            d.r,
+            K_coef[:, p],
+            d.scale * decision[d.qp.src, p],
+            d.split_known,
         )
         for p, d in enumerate(problems_)
     ]

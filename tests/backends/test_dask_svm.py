@@ -451,3 +451,23 @@ def test_max_iter_warns_and_a_refit_into_the_store_continues(client, tmp_path):
     ).fit(X, y)
     np.testing.assert_array_equal(finished.support_, clean.support_)
     np.testing.assert_allclose(finished.dual_coef_, clean.dual_coef_, atol=1e-12)
+
+
+def test_kkt_report_of_a_collapsed_nu_svr_tube(client):
+    """A linear ν-SVR with N < D fits the data exactly (ε = 0); dual_coef_ holds
+    α − α* only and the report completes the split so that Σ(α + α*) = C ν N
+    (kernelref.svm.kkt.complete_split): through the cluster as in the reference."""
+    rng = np.random.default_rng(0)
+    X, t = rng.normal(size=(10, 30)), rng.normal(size=10)
+    params = dict(nu=0.5, C=10.0, kernel="linear", tol=1e-8)
+    ref = reference.NuSVR(**params).fit(X, t)
+    address = client.scheduler.address
+    backend = dask_svm.NuSVR(**params, address=address, progress=False).fit(X, t)
+    theirs = reference.kkt_report(ref, X, t)
+    for model in (ref, backend):
+        mine = dask_svm.kkt_report(model, X, t, address=address)
+        assert mine.equality < 1e-12 * 50.0  # C ν N = 50; was ≈ 49.4
+        assert mine.max_violation < params["tol"] and mine.notes
+        assert abs(mine.alpha.sum() - 50.0) < 1e-12 * 50.0
+    mine = dask_svm.kkt_report(ref, X, t, address=address)
+    np.testing.assert_allclose(mine.alpha, theirs.alpha, atol=1e-12)
