@@ -372,3 +372,50 @@ def test_refitting_on_other_data_replaces_the_store_with_overwrite(
         assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
     done = run("fit", "KernelRidge", "--data", "a.npz", "--overwrite", "--out", "r.krm")
     assert done.returncode == 2 and "keeps no store" in done.stderr
+
+
+def test_sparse_files_and_softmax_rvc_on_a_cluster(run, tmp_path):
+    """`kernelref fit --backend dask` passes a libsvm file of 10⁸ columns to
+    backends.dask.SVC as CSR (the model file stays small and predicts as the
+    reference's sparse fit), and fits RVC(multi_class='softmax'), whose saved
+    model gives the reference's class probabilities (the backend's rounding,
+    2e-7 measured in 5974bbd)."""
+    from test_cli_sparse import wide_problem, write_sparse_libsvm
+
+    from kernelref import rvm
+    from kernelref.svm import SVC
+
+    X_wide, labels, _ = wide_problem()
+    write_sparse_libsvm(tmp_path / "wide.svm", X_wide, labels)
+    rng = np.random.default_rng(4)
+    centres = np.array([[0.0, 2.0], [-1.7, -1.0], [1.7, -1.0]])
+    y3 = rng.integers(0, 3, 90)
+    X3 = centres[y3] + rng.normal(size=(90, 2))
+    np.savez(tmp_path / "three.npz", X=X3, y=y3)
+    with cluster(protocol="tcp") as local:
+        on = ["--backend", "dask", "--scheduler", local.scheduler_address]
+        done = run(
+            "fit", "SVC", "--data", "wide.svm", "--param", "gamma=0.5",
+            "--param", "C=10", "--param", "chunk_size=16", "--out", "svc.krm", *on,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        done = run(
+            "fit", "RVC", "--data", "three.npz", "--param", "gamma=0.5",
+            "--param", "multi_class=softmax", "--out", "rvc.krm", *on,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        done = run("predict", "rvc.krm", "--data", "three.npz", "--proba", "--out",
+                   "p.npy", *on[2:])  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    assert (tmp_path / "svc.krm").stat().st_size < 1e6
+    svc = kernelref.load(tmp_path / "svc.krm")
+    expected = SVC(gamma=0.5, C=10.0).fit(X_wide, labels)
+    np.testing.assert_array_equal(svc.support_, expected.support_)
+    np.testing.assert_array_equal(svc.predict(X_wide), expected.predict(X_wide))
+    softmax = kernelref.load(tmp_path / "rvc.krm")
+    assert softmax.multi_class == "softmax"
+    reference = rvm.RVC(gamma=0.5, multi_class="softmax").fit(X3, y3)
+    np.testing.assert_array_equal(softmax.relevance_, reference.relevance_)
+    P = np.load(tmp_path / "p.npy")
+    np.testing.assert_array_equal(P, softmax.predict_proba(X3))
+    np.testing.assert_allclose(P, reference.predict_proba(X3), atol=1e-6)
