@@ -64,7 +64,7 @@ from scipy.linalg import solve_triangular
 
 from backends.dask.blocks import kernel_block, reusable_buffer
 from backends.dask.cg import TILE_COLS, TILE_ROWS, centred_chunk
-from backends.dask.runtime import map_chunks, read_chunk
+from backends.dask.runtime import map_chunks, read_chunk, verify_chunks
 
 __all__ = [
     "FalkonPreconditioner",
@@ -225,6 +225,7 @@ def _read_rows(store, index):
     import zarr
 
     X = zarr.open_array(store=store.x_ref.path, mode="r")
+    verify_chunks(store.x_ref, X, np.unique(np.asarray(index) // store.chunk_size))
     return np.asarray(
         X.get_orthogonal_selection((index, slice(None))), dtype=np.float64
     )

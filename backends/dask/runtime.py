@@ -39,6 +39,7 @@ import numpy as np
 
 from backends.dask import sparse_rows
 from backends.dask.estimator_args import check_progress
+from backends.dask.integrity import record_chunk, verify_chunk
 from backends.dask.waiting import WorkerPausedError, compute, finished, gather
 from kernelref._validation import check_integer
 
@@ -55,6 +56,7 @@ __all__ = [
     "read_chunk",
     "run_keyed_loop",
     "run_loop",
+    "verify_chunks",
 ]
 
 FORMAT = "kernelref.fit_store"
@@ -77,6 +79,10 @@ class ChunkRef:
     ``token`` changes whenever the data at ``path`` is (re)written, so a
     worker's cached chunks of earlier data are never used. ``sparse``: the
     rows are stored as CSR (``backends.dask.sparse_rows``) and read as CSR.
+    ``checked``: the store recorded each chunk's checksum when it wrote it
+    (``backends.dask.integrity``), and a chunk is verified before it is read;
+    false for a user's Zarr X read in place and for stores written before the
+    records were kept.
     """
 
     path: str
@@ -84,6 +90,7 @@ class ChunkRef:
     n: int
     token: str
     sparse: bool = False
+    checked: bool = False
 
     def rows(self, i):
         return slice(i * self.chunk_size, min((i + 1) * self.chunk_size, self.n))
@@ -112,7 +119,9 @@ class _ChunkCache:
             value = sparse_rows.read_rows(ref.path, ref.rows(i))
             size = sparse_rows.nbytes(value)
         else:
-            value = np.ascontiguousarray(self._array(ref)[ref.rows(i)], np.float64)
+            array = self._array(ref)
+            verify_chunks(ref, array, [i])
+            value = np.ascontiguousarray(array[ref.rows(i)], np.float64)
             value.setflags(write=False)
             size = value.nbytes
         with self.lock:
@@ -134,6 +143,23 @@ class _ChunkCache:
 
 
 _cache = _ChunkCache(CHUNK_CACHE_BYTES)
+
+#: What a damaged chunk of a fit store's data asks of the user.
+_FIX = "Fit again with a new store= (or remove this one) to rewrite the data."
+
+
+def _block(array, i):
+    """The block index of row chunk i of a stored array (whole rows per chunk)."""
+    return (i,) + (0,) * (array.ndim - 1)
+
+
+def verify_chunks(ref, array, chunks):
+    """Raise ``DamagedChunkError`` (naming the store, the block and the fix) unless
+    each row chunk in `chunks` of `array`, the Zarr array `ref` names, matches the
+    checksum the store recorded; nothing to verify where it recorded none."""
+    if ref.checked:
+        for i in chunks:
+            verify_chunk(array, _block(array, int(i)), _FIX)
 
 
 def read_chunk(ref, i):
@@ -216,10 +242,14 @@ class FitStore:
         return self._refs[name]
 
     def read(self, name):
-        """A data array of the store, whole, on the client (targets, weights)."""
+        """A data array of the store, whole, on the client (targets, weights),
+        each chunk verified against its checksum where the store recorded them."""
         import zarr
 
-        return zarr.open_array(store=self._refs[name].path, mode="r")[...]
+        ref = self._refs[name]
+        array = zarr.open_array(store=ref.path, mode="r")
+        verify_chunks(ref, array, range(ref.n_chunks))
+        return array[...]
 
     # -- making ------------------------------------------------------------------
     @classmethod
@@ -296,7 +326,8 @@ class FitStore:
         import zarr
 
         token = uuid.uuid4().hex
-        attrs = dict(attrs, token=token, data_complete=False)
+        # chunk_checksums: every array this store writes has a checksum per chunk
+        attrs = dict(attrs, token=token, data_complete=False, chunk_checksums=True)
         group = zarr.open_group(store=str(path), mode="w", attributes=attrs)
         chunk_size = attrs["chunk_size"]
         if _is_zarr(X):
@@ -406,7 +437,14 @@ def _write_array(group, name, A, chunk_size, client):
     """`A` as array ``name`` of `group` in row chunks (a dask array by the cluster)."""
     shape = tuple(A.shape)
     chunks = (chunk_size,) + shape[1:]
-    array = group.create_array(name, shape=shape, chunks=chunks, dtype="float64")
+    # Every chunk is written, zeros too, so that each has a file to check.
+    array = group.create_array(
+        name,
+        shape=shape,
+        chunks=chunks,
+        dtype="float64",
+        config={"write_empty_chunks": True},
+    )
     if _is_dask(A):
         import dask.array as da
 
@@ -417,12 +455,17 @@ def _write_array(group, name, A, chunk_size, client):
     else:
         for start in range(0, shape[0], chunk_size):
             array[start : start + chunk_size] = A[start : start + chunk_size]
+    for i in range(-(-shape[0] // chunk_size)):  # after the data, as GramStore
+        record_chunk(array, _block(array, i))
 
 
 def _refs(path, attrs):
     n, c, token = attrs["n"], attrs["chunk_size"], attrs["token"]
     names = ["X"] + [k for k in attrs["data"] if k != "X"]
-    refs = {name: ChunkRef(str(path / name), c, n, token) for name in names}
+    checked = bool(attrs.get("chunk_checksums"))  # stores written with the records
+    refs = {
+        name: ChunkRef(str(path / name), c, n, token, checked=checked) for name in names
+    }
     if attrs["data"]["X"].get("layout") == "csr":
         refs["X"] = ChunkRef(str(path / "X"), c, n, token, sparse=True)
     if attrs.get("x_path"):

@@ -124,3 +124,66 @@ def test_deleted_gram_chunk_does_not_reach_the_predictions(client, tmp_path, X):
     prediction = model.predict(X)
     assert np.isfinite(prediction).all()
     np.testing.assert_allclose(prediction, reference, rtol=1e-8, atol=1e-10)
+
+
+# -- the fit store's data ------------------------------------------------------
+def fit_store(path, X, t):
+    from backends.dask.runtime import FitStore
+
+    return FitStore.prepare(
+        path,
+        X,
+        identity={"fit": "integrity"},
+        chunk_size=CHUNK,
+        client=None,
+        arrays={"t": t},
+    )
+
+
+def x_chunk_file(store, i):
+    import zarr
+
+    array = zarr.open_array(store=store.x_ref.path, mode="r")
+    return store.path / "X" / array.metadata.encode_chunk_key((i, 0))
+
+
+def test_fit_store_data_chunks_are_verified_before_use(tmp_path, X):
+    """A deleted or altered chunk of a fit store's X is refused by name, where
+    Zarr would read a deleted chunk as zeros; an all-zero chunk is written and
+    verifies; the targets are verified too."""
+    from backends.dask.runtime import FitStore, read_chunk
+
+    X = X.copy()
+    X[CHUNK : 2 * CHUNK] = 0.0  # a chunk Zarr would not write by default
+    t = X[:, 0] + 1.0
+    store = fit_store(tmp_path / "fit", X, t)
+    np.testing.assert_array_equal(read_chunk(store.x_ref, 1), X[CHUNK : 2 * CHUNK])
+    np.testing.assert_array_equal(store.read("t"), t)
+    x_chunk_file(store, 0).unlink()
+    path = x_chunk_file(store, 2)
+    path.write_bytes(path.read_bytes()[:-8])
+    reopened = FitStore.open(store.path)
+    with pytest.raises(DamagedChunkError, match=r"block \(0, 0\).*is missing.*store="):
+        read_chunk(reopened.x_ref, 0)
+    with pytest.raises(DamagedChunkError, match="does not match its checksum"):
+        read_chunk(reopened.x_ref, 2)
+    (store.path / "t" / "c" / "1").unlink()
+    with pytest.raises(DamagedChunkError, match=r"block \(1,\)"):
+        reopened.read("t")
+
+
+def test_fit_store_without_records_still_reads(tmp_path, X):
+    """A store written before the checksums were kept (no chunk_checksums in its
+    attributes) is read as before, unverified."""
+    import zarr
+
+    from backends.dask.runtime import FitStore, read_chunk
+
+    store = fit_store(tmp_path / "old", X, X[:, 1])
+    group = zarr.open_group(store=str(store.path), mode="r+")
+    attrs = dict(group.attrs)
+    del attrs["chunk_checksums"]
+    group.attrs.put(attrs)
+    old = FitStore.open(store.path)
+    assert not old.x_ref.checked
+    np.testing.assert_array_equal(read_chunk(old.x_ref, 2), X[2 * CHUNK :])
