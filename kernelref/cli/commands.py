@@ -436,7 +436,9 @@ def _kkt(model, X, y, w, args):
 
 # -- gram ------------------------------------------------------------------------------
 def gram(args):
-    from kernelref.kernels import make_kernel
+    import scipy.sparse
+
+    from kernelref.kernels import accepts_sparse, make_kernel
 
     try:
         GramStore = plugins.load("dask").GramStore
@@ -454,14 +456,17 @@ def gram(args):
                 'kernel spec as --kernel \'{"class": ..., "params": ...}\').'
             )
         options[name] = models.parse_value(text, f"--param {name}")
-    X, _ = data.read(args.data, args.target, args.header)
+    # a sparse file stays sparse for a kernel computed from inner products
+    X, _ = data.read(args.data, args.target, args.header, sparse=True)
     try:
         kernel = make_kernel(spec, X, **options)
     except (TypeError, ValueError) as error:
         raise UsageError(f"--kernel/--param: {error}") from None
+    if scipy.sparse.issparse(X) and not accepts_sparse(kernel):
+        X = data.dense(X, args.data, f"the kernel {kernel!r}")
     client = runtime.connect(args)
     try:
-        blocks = -(-len(X) // args.chunk_size)
+        blocks = -(-X.shape[0] // args.chunk_size)
         with runtime.progress_bar(
             args, blocks * (blocks + 1) // 2, "Gram blocks"
         ) as bar:

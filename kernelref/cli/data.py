@@ -110,16 +110,17 @@ def density(X):
     return X.nnz / max(1, X.shape[0] * X.shape[1])
 
 
-def dense(X, path):
-    """A sparse X as a dense array for a model that needs one; refused, before
-    any work, when that array would exceed `DENSE_MAX_BYTES`."""
+def dense(X, path, user="this model"):
+    """A sparse X as a dense array for a model (or kernel: `user`) that needs
+    one; refused, before any work, when that array would exceed
+    `DENSE_MAX_BYTES`."""
     size = 8 * X.shape[0] * X.shape[1]
     if size > DENSE_MAX_BYTES:
         from kernelref._validation import SPARSE_ESTIMATORS, SPARSE_KERNELS
 
         raise DataError(
             f"{path}: X is sparse ({X.shape[0]} × {X.shape[1]}, {X.nnz} stored "
-            f"entries) and this model needs it dense, {size / 2**30:.1f} GiB. Fit a "
+            f"entries) and {user} needs it dense, {size / 2**30:.1f} GiB. Use a "
             f"model that takes sparse X ({SPARSE_ESTIMATORS}, with the kernel "
             f"{SPARSE_KERNELS}), or fewer samples or features."
         )

@@ -419,3 +419,39 @@ def test_sparse_files_and_softmax_rvc_on_a_cluster(run, tmp_path):
     P = np.load(tmp_path / "p.npy")
     np.testing.assert_array_equal(P, softmax.predict_proba(X3))
     np.testing.assert_allclose(P, reference.predict_proba(X3), atol=1e-6)
+
+
+def test_gram_of_a_sparse_file_keeps_it_sparse(run, tmp_path):
+    """`kernelref gram` on a libsvm file of 10⁸ columns builds the store from CSR
+    (blocks equal the kernel's, 1e-12); a kernel that needs dense X is refused
+    by name before any cluster is reached (before: the file was made dense,
+    MemoryError, and len() of sparse X failed)."""
+    from test_cli_sparse import wide_problem, write_sparse_libsvm
+
+    from backends.dask.gram_store import GramStore
+    from kernelref.kernels import RBF
+
+    X_wide, labels, _ = wide_problem()
+    write_sparse_libsvm(tmp_path / "wide.svm", X_wide, labels)
+    with cluster(protocol="tcp") as local:
+        done = run(
+            "gram", "--data", "wide.svm", "--kernel", "rbf", "--param", "gamma=0.5",
+            "--store", "g.zarr", "--chunk-size", "16",
+            "--scheduler", local.scheduler_address,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    store = GramStore.open(tmp_path / "g.zarr", X=X_wide)
+    K = RBF(0.5)(X_wide)
+    for i in range(store.n_blocks):
+        for j in range(i + 1):
+            rows, columns = store.block_slice(i), store.block_slice(j)
+            np.testing.assert_allclose(store.block(i, j), K[rows, columns], rtol=1e-12)
+    done = run(
+        "gram", "--data", "wide.svm", "--kernel", "laplacian", "--store", "l.zarr",
+        "--scheduler", "tcp://127.0.0.1:9", "--timeout", "1",
+    )  # fmt: skip
+    assert done.returncode == 1 and "Laplacian" in done.stderr
+    assert (
+        "needs it dense, 29.8 GiB" in done.stderr and "cannot reach" not in done.stderr
+    )
+    assert not (tmp_path / "l.zarr").exists()
