@@ -455,3 +455,31 @@ def test_gram_of_a_sparse_file_keeps_it_sparse(run, tmp_path):
         "needs it dense, 29.8 GiB" in done.stderr and "cannot reach" not in done.stderr
     )
     assert not (tmp_path / "l.zarr").exists()
+
+
+def test_softmax_rvc_shows_progress_on_a_terminal_only(
+    kernelref_command, run, tmp_path
+):
+    """`kernelref fit RVC --backend dask --param multi_class=softmax` draws the
+    backend's progress bar (log evidence, basis functions per Gaussian
+    approximation) on a pseudo-terminal, and writes nothing to a pipe."""
+    pytest.importorskip("tqdm")
+    from test_cli import on_terminal
+
+    rng = np.random.default_rng(5)
+    centres = np.array([[0.0, 2.0], [-1.7, -1.0], [1.7, -1.0]])
+    y3 = rng.integers(0, 3, 60)
+    np.savez(tmp_path / "three.npz", X=centres[y3] + rng.normal(size=(60, 2)), y=y3)
+    with cluster(protocol="tcp") as local:
+        command = [
+            "fit", "RVC", "--data", str(tmp_path / "three.npz"), "--backend", "dask",
+            "--scheduler", local.scheduler_address, "--param", "gamma=0.5",
+            "--param", "multi_class=softmax",
+        ]  # fmt: skip
+        seen = on_terminal(
+            [kernelref_command, *command, "--out", str(tmp_path / "t.krm")]
+        )
+        piped = run(*command, "--out", "p.krm")
+    assert b"log evidence=" in seen and b"approximation" in seen
+    assert piped.returncode == 0 and "log evidence" not in piped.stderr
+    assert kernelref.load(tmp_path / "t.krm").multi_class == "softmax"
