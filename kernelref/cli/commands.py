@@ -513,7 +513,7 @@ def info(args):
         say(
             args,
             f"{path}: {attrs.get('format', 'Zarr group')} version "
-            f"{attrs.get('version', '?')}",
+            f"{attrs.get('format_version', attrs.get('version', '?'))}",
         )
         for key, value in attrs.items():
             say(args, f"{key}: {json.dumps(value)}")

@@ -446,6 +446,9 @@ def test_gram_of_a_sparse_file_keeps_it_sparse(run, tmp_path):
         for j in range(i + 1):
             rows, columns = store.block_slice(i), store.block_slice(j)
             np.testing.assert_allclose(store.block(i, j), K[rows, columns], rtol=1e-12)
+    done = run("info", "g.zarr")  # the stores' format_version (was "version ?")
+    assert done.stdout.startswith("g.zarr: kernelref.gram_store version 1\n")
+    assert '"layout": "csr"' in done.stdout
     done = run(
         "gram", "--data", "wide.svm", "--kernel", "laplacian", "--store", "l.zarr",
         "--scheduler", "tcp://127.0.0.1:9", "--timeout", "1",
