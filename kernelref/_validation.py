@@ -252,13 +252,20 @@ def check_sample_weight(sample_weight, n_samples, meaning):
     zero. A single number (not a bool) is the weight of every sample, as
     scikit-learn's ``_check_sample_weight`` takes it; `meaning` says what a
     weight does in this estimator, for the message."""
-    if isinstance(sample_weight, numbers.Real) and not isinstance(sample_weight, bool):
-        sample_weight = np.full(n_samples, float(sample_weight))
+    single = isinstance(sample_weight, numbers.Real) and not isinstance(
+        sample_weight, bool
+    )
+    if single:
+        given = float(sample_weight)
+        sample_weight = np.full(n_samples, given)
     w = check_targets(sample_weight, n_samples, "sample_weight")
     if w.ndim != 1 or np.any(w < 0) or not np.any(w > 0):
+        # a single number is no 1-D array: say what it must be
+        one = "A single number is every sample's weight: give one > 0, not"
         raise ValueError(
             "sample_weight must be 1-D with one weight ≥ 0 per sample, not all zero; "
-            f"{meaning}"
+            + meaning
+            + (f" {one} {given!r}." if single else "")
         )
     return w
 

@@ -82,3 +82,19 @@ def test_bad_weights_are_refused_naming_sample_weight(make, params, y, bad, matc
     with pytest.raises(ValueError, match=match):
         model.fit(X, y, sample_weight=bad)
     assert not hasattr(model, "support_")
+
+
+@pytest.mark.parametrize("bad", [-1.0, 0.0, -2])
+def test_a_bad_single_weight_is_named_as_one(bad):
+    """A single number is taken as every sample's weight, so refusing it as
+    "1-D with one weight per sample" alone misleads: the message also says what
+    a single number must be, and which was given."""
+    for make, params, y in MACHINES:
+        with pytest.raises(ValueError) as refused:
+            make(**params).fit(X, y, sample_weight=bad)
+        message = str(refused.value)
+        assert "A single number is every sample's weight: give one > 0" in message
+        assert f"not {float(bad)!r}." in message
+    with pytest.raises(ValueError, match="per sample, not all zero; ") as refused:
+        SVC().fit(X, y_class, sample_weight=-np.ones(50))
+    assert "single number" not in str(refused.value)
