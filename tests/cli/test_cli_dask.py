@@ -486,3 +486,41 @@ def test_softmax_rvc_shows_progress_on_a_terminal_only(
     assert b"log evidence=" in seen and b"approximation" in seen
     assert piped.returncode == 0 and "log evidence" not in piped.stderr
     assert kernelref.load(tmp_path / "t.krm").multi_class == "softmax"
+
+
+def test_sparse_ridge_and_kernel_pca_model_files_on_a_cluster(run, tmp_path):
+    """backends.dask.KernelRidge (cholesky and cg) and KernelPCA fitted by the
+    command line on a libsvm file of 10⁸ columns keep X sparse: small model
+    files whose predictions and projections are the reference's sparse fits'
+    (a guard of 53bc199/87aa57a through the CLI and the model files)."""
+    from test_cli_sparse import wide_problem, write_sparse_libsvm
+
+    X_wide, _, score = wide_problem()
+    write_sparse_libsvm(tmp_path / "wide.svm", X_wide, score)
+    fits = {
+        "cholesky.krm": ["KernelRidge", "--param", "solver=cholesky"],
+        "cg.krm": ["KernelRidge", "--param", "solver=cg"],
+        "kpca.krm": ["KernelPCA", "--param", "n_components=3"],
+    }
+    with cluster(protocol="tcp") as local:
+        for out, model in fits.items():
+            done = run(
+                "fit", *model, "--data", "wide.svm", "--param", "gamma=0.5",
+                "--param", "chunk_size=16", "--out", out, "--backend", "dask",
+                "--scheduler", local.scheduler_address,
+            )  # fmt: skip
+            assert done.returncode == 0, (out, done.stderr)
+            assert (tmp_path / out).stat().st_size < 1e6
+    ridge = kernelref.KernelRidge(gamma=0.5).fit(X_wide, score)
+    for out in ("cholesky.krm", "cg.krm"):
+        np.testing.assert_allclose(
+            kernelref.load(tmp_path / out).predict(X_wide),
+            ridge.predict(X_wide),
+            atol=1e-7,
+        )
+    pca = kernelref.KernelPCA(n_components=3, gamma=0.5).fit(X_wide)
+    Z, Z_ref = (
+        kernelref.load(tmp_path / "kpca.krm").transform(X_wide),
+        pca.transform(X_wide),
+    )
+    np.testing.assert_allclose(Z, Z_ref, atol=1e-6)  # signs fixed alike
