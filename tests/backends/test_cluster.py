@@ -97,6 +97,7 @@ def test_embedded_cluster_is_sized_to_machine_and_reused(tmp_path):
     assert out.split() == ["True", str(n_workers), "[1]", f"[{memory_limit}]"]
 
 
+@pytest.mark.slow
 def test_embedded_cluster_closes_quietly_with_results_held(tmp_path):
     """A script (or `kernelref fit -q`) that exits holding results on the embedded
     cluster writes nothing to stderr: before, the scheduler warned that removing
