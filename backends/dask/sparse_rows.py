@@ -18,7 +18,9 @@ name instead of read as other indices. Workers compute kernel blocks from the
 CSR rows with the kernels' own sparse products (``kernelref.kernels.vector``):
 the SVMs' gradient products, KernelPCA's passes, the GPs' tiles and streamed
 blocks, CG ridge's products; ``GramStore`` takes sparse X too (scattered as
-CSR) for ``KernelRidge(solver="cholesky")``.
+CSR) for ``KernelRidge(solver="cholesky")``. The SVMs' products split the
+inner products over the columns most rows store (a dense BLAS product there, a
+sparse one on the rest: ``backends.dask.blocks.sparse_product_rows``).
 """
 
 import hashlib

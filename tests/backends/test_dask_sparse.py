@@ -21,7 +21,7 @@ from backends.dask import GaussianProcessClassifier as DaskGPC  # noqa: E402
 from backends.dask import GaussianProcessRegressor as DaskGPR  # noqa: E402
 from backends.dask import KernelPCA as DaskKernelPCA  # noqa: E402
 from backends.dask import KernelRidge as DaskKernelRidge  # noqa: E402
-from backends.dask import sparse_rows  # noqa: E402
+from backends.dask import blocks, sparse_rows  # noqa: E402
 from backends.dask import svm as dask_svm  # noqa: E402
 from backends.dask.gram_store import GramStore  # noqa: E402
 from backends.dask.integrity import DamagedChunkError  # noqa: E402
@@ -30,7 +30,7 @@ from backends.dask.svm.tasks import gather_rows  # noqa: E402
 from kernelref import svm as reference  # noqa: E402
 from kernelref.gp import GaussianProcessRegressor  # noqa: E402
 from kernelref.gp_classify import GaussianProcessClassifier  # noqa: E402
-from kernelref.kernels import RBF, Polynomial, White  # noqa: E402
+from kernelref.kernels import RBF, Linear, Polynomial, Sigmoid, White  # noqa: E402
 from kernelref.kpca import KernelPCA  # noqa: E402
 from kernelref.ridge import KernelRidge  # noqa: E402
 
@@ -77,6 +77,84 @@ def test_csr_rows_round_trip_with_checksums(tmp_path):
     data.write_bytes(data.read_bytes()[:-8])
     with pytest.raises(DamagedChunkError, match="does not match its checksum"):
         sparse_rows.read_rows(ref.path, ref.rows(2))
+
+
+def zipf_rows(n, d, per_row, seed):
+    """CSR rows of about `per_row` stored entries in columns drawn with
+    probability ∝ 1/(j + 1) (text-like: frequent columns shared by many rows)."""
+    rng = np.random.default_rng(seed)
+    nnz = n * per_row
+    columns = np.exp(rng.random(nnz) * np.log(d + 1)).astype(np.int64) - 1
+    return scipy.sparse.csr_matrix(
+        (rng.random(nnz), (rng.integers(n, size=nnz), np.minimum(columns, d - 1))),
+        shape=(n, d),
+    )
+
+
+@pytest.mark.parametrize(
+    "kernel", [RBF(0.05), Linear(), Polynomial(2, 0.1, 1.0), Sigmoid(0.01, 0.5)]
+)
+def test_split_sparse_products_equal_the_kernel(kernel):
+    """The workers' sparse products k(X, Y) @ coef split X Yᵀ into the dense
+    frequent columns and a sparse rest (``blocks.column_codes``): on Zipf-like
+    rows they equal the kernel's own sparse product to 1e-12, whether the rest
+    is summed by ``bincount`` (under one pair per entry) or by scipy's product
+    (dense-ish rows, many columns beyond ``MAX_DENSE_COLUMNS`` shared), and
+    for products too small to split."""
+    X = zipf_rows(700, 3000, 40, seed=3)
+    Y = zipf_rows(1300, 3000, 40, seed=4)
+    _, _, F, R = blocks.column_codes(X, Y)
+    assert 0 < F < 200 and R > 1000  # both parts in use
+    # Uniform rows, 1/8 filled: every column frequent, the rest past the cap.
+    dense_ish = scipy.sparse.random(1200, 1200, density=0.125, random_state=5)
+    dense_ish = dense_ish.tocsr()
+    assert blocks.column_codes(dense_ish, dense_ish)[2] == blocks.MAX_DENSE_COLUMNS
+    cases = [(X, Y, True), (dense_ish, dense_ish, True), (X[:3], Y[:5], False)]
+    for X, Y, split in cases:
+        entries = X.shape[0] * Y.shape[0]
+        assert (entries >= blocks.SPLIT_ENTRIES_PER_STORED * (X.nnz + Y.nnz)) == split
+        coef = np.random.default_rng(6).normal(size=(Y.shape[0], 2))
+        expected = kernel(X, Y) @ coef
+        product = blocks.sparse_product_rows(X, kernel, Y, coef)
+        scale = np.abs(kernel(X, Y)).sum(axis=1).max()
+        np.testing.assert_allclose(product, expected, rtol=0, atol=1e-12 * scale)
+        # Every entry, not only its sums with coef:
+        block = blocks.sparse_product_rows(X, kernel, Y, np.eye(Y.shape[0]))
+        np.testing.assert_allclose(
+            block, kernel(X, Y), rtol=0, atol=1e-12 * np.abs(block).max()
+        )
+
+
+def test_sparse_svc_with_split_products_equals_the_reference(client):
+    """On Zipf-like rows large enough for the workers to split their products
+    (frequent columns dense, the rest sparse), the block decomposition gives
+    the reference's sparse fit: supports, dual coefficients to tol's order,
+    predictions; refitting in a new store repeats the fit bit for bit."""
+    X = zipf_rows(700, 2000, 10, seed=7)
+    y = np.where(X[:, :50] @ np.random.default_rng(8).normal(size=50) > 0, 1, -1)
+    Xt = X[600:]
+    X, y = X[:600], y[:600]
+    params = dict(kernel="rbf", gamma=0.5, C=10.0, tol=1e-6)
+    ref = reference.SVC(**params).fit(X, y)
+    SVs = X[ref.support_]
+    chunk = X[:200]  # the full gradient's products: k(chunk, SVs) @ coef
+    entries = chunk.shape[0] * SVs.shape[0]
+    assert entries >= blocks.SPLIT_ENTRIES_PER_STORED * (chunk.nnz + SVs.nnz)
+    assert blocks.column_codes(chunk, SVs)[2] > 0
+    backend = dict(
+        partition_size=200, working_set_size=128, chunk_size=200, progress=False
+    )
+    fits = [
+        dask_svm.SVC(**params, **backend, address=client.scheduler.address).fit(X, y)
+        for _ in range(2)
+    ]
+    for ours in fits:
+        assert ours.fit_info_[0]["solver"] == "block decomposition"
+        np.testing.assert_array_equal(ours.support_, ref.support_)
+        np.testing.assert_allclose(ours.dual_coef_, ref.dual_coef_, atol=1e-5)
+        np.testing.assert_allclose(ours.intercept_, ref.intercept_, atol=1e-5)
+        np.testing.assert_array_equal(ours.predict(Xt), ref.predict(Xt))
+    np.testing.assert_array_equal(fits[0].dual_coef_, fits[1].dual_coef_)
 
 
 #: Backend sizes that send a QP on 150-160 samples to the warm start (parts of

@@ -5,7 +5,8 @@ only its slice of the result, never a kernel block. Kernel blocks are formed
 ``COLUMN_BLOCK`` columns at a time in one reused buffer per worker thread
 (``backends.dask.blocks.kernel_block``). Sparse X is stored and read as CSR
 rows and never centred (a shift would make it dense): its shift is None, and
-its blocks come from the kernels' sparse products
+its blocks come from sparse products split over the frequent columns, a
+dense BLAS product on those and a sparse one on the rest
 (``backends.dask.blocks.sparse_product_rows``).
 """
 
