@@ -218,6 +218,10 @@ MAX_DENSE_COLUMNS = 512
 #: this many kernel entries per stored entry.
 SPLIT_ENTRIES_PER_STORED = 4
 
+#: Up to this many columns (32 MB) a column's position is read from a
+#: per-thread table of D entries (``_column_lookup``), beyond by a binary search.
+LOOKUP_COLUMNS = 2**22
+
 _lookups = threading.local()
 
 
@@ -230,6 +234,20 @@ def _column_lookup(d):
     return lookup
 
 
+def _positions(columns, indices, d):
+    """The position of each of `indices` in the sorted `columns`, −1 if absent."""
+    if d <= LOOKUP_COLUMNS:
+        lookup = _column_lookup(d)
+        lookup[columns] = np.arange(len(columns))
+        found = lookup[indices]
+        lookup[columns] = -1
+        return found
+    found = np.searchsorted(columns, indices)
+    hit = found < len(columns)
+    hit[hit] = columns[found[hit]] == indices[hit]
+    return np.where(hit, found, -1)
+
+
 def column_codes(X, Y):
     """How CSR X and Y split (``split_columns``): the code of each stored entry
     of X and of Y, and F, R. A column's code is its position among the F
@@ -238,15 +256,13 @@ def column_codes(X, Y):
     position among the R other columns that both X and Y store, or −1 (a
     column one side does not store adds nothing to XYᵀ). On Zipf-like text a
     hundred or so columns hold most of the pairs' common entries. O(stored
-    entries), never O(D); a function of X and Y alone, so a block's digits do
-    not depend on where it is computed."""
+    entries) per product (``_positions``: a table of D entries kept per thread
+    up to ``LOOKUP_COLUMNS`` columns, a binary search beyond); a function of X
+    and Y alone, so a block's digits do not depend on where it is computed."""
     columns, y_column, c_Y = np.unique(
         Y.indices, return_inverse=True, return_counts=True
     )
-    lookup = _column_lookup(X.shape[1])
-    lookup[columns] = np.arange(len(columns))
-    x_column = lookup[X.indices]
-    lookup[columns] = -1
+    x_column = _positions(columns, X.indices, X.shape[1])
     c_X = np.bincount(x_column[x_column >= 0], minlength=len(columns))
     share = (c_X / max(1, X.shape[0])) * (c_Y / max(1, Y.shape[0]))
     frequent = np.flatnonzero(share > DENSE_PAIR_SHARE)

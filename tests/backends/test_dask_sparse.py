@@ -94,7 +94,7 @@ def zipf_rows(n, d, per_row, seed):
 @pytest.mark.parametrize(
     "kernel", [RBF(0.05), Linear(), Polynomial(2, 0.1, 1.0), Sigmoid(0.01, 0.5)]
 )
-def test_split_sparse_products_equal_the_kernel(kernel):
+def test_split_sparse_products_equal_the_kernel(kernel, monkeypatch):
     """The workers' sparse products k(X, Y) @ coef split X Yᵀ into the dense
     frequent columns and a sparse rest (``blocks.column_codes``): on Zipf-like
     rows they equal the kernel's own sparse product to 1e-12, whether the rest
@@ -103,8 +103,14 @@ def test_split_sparse_products_equal_the_kernel(kernel):
     for products too small to split."""
     X = zipf_rows(700, 3000, 40, seed=3)
     Y = zipf_rows(1300, 3000, 40, seed=4)
-    _, _, F, R = blocks.column_codes(X, Y)
-    assert 0 < F < 200 and R > 1000  # both parts in use
+    codes = blocks.column_codes(X, Y)
+    assert 0 < codes[2] < 200 and codes[3] > 1000  # both parts in use
+    # Wide X (beyond LOOKUP_COLUMNS) finds its columns by binary search instead:
+    # the same codes, so the same digits.
+    monkeypatch.setattr(blocks, "LOOKUP_COLUMNS", 100)
+    for a, b in zip(blocks.column_codes(X, Y), codes):
+        np.testing.assert_array_equal(a, b)
+    monkeypatch.undo()
     # Uniform rows, 1/8 filled: every column frequent, the rest past the cap.
     dense_ish = scipy.sparse.random(1200, 1200, density=0.125, random_state=5)
     dense_ish = dense_ish.tocsr()
