@@ -38,10 +38,11 @@ Since then the workers split the inner products over the columns most pairs
 of rows share (``backends.dask.blocks.column_codes``: ~110 columns here, each
 stored by over 0.4% of the pairs): X_F X_Fᵀ by one dense BLAS product, the
 rest (0.47 shared entries per pair) summed by ``np.bincount`` over the pairs'
-positions. Products of 4096 × 2000-10 000 rows: 1.5-2.5 times faster than
-the plain sparse product timed in the same run (e.g. 12 against 28 ns per
-entry), equal to it to 3e-15 relative. Measured before/after side by side
-in one run each (shared machine, load 2-4; ``--libsvm-max-n 0``), RBF:
+positions. Products of 4096 × 2048-10 000 rows (as the workers' gradient
+products): 11.5 against 19.5-20 ns per entry for the plain sparse product
+(1.7 times faster; warm calls alternated, best of 3), equal to it to 3e-15
+relative. Measured before/after side by side in one run each (shared
+machine, load 1-4.5; ``--libsvm-max-n 0``), RBF:
 
 - N = 20 000, three runs: backend 84.7 -> 58.4 s, 79.5 -> 42.2 s and 62.3 ->
   40.9 s (reference 8.4-12.7 s; backend/reference 6.7 -> 6.0, 9.0 -> 4.9 and
@@ -58,7 +59,10 @@ per entry), adding scipy's sparse product of the rest (~40% slower than the
 bincount sum), and a split made in O(D) per product from column counts
 (slower than the plain product for a working set of 256 rows at D = 10⁶;
 now O(stored entries), and products under 4 kernel entries per stored entry
-keep the plain path).
+keep the plain path). The same split for KernelPCA's whole-chunk blocks
+(``kernel_block``): a 4096 × 3904 block 0.26 -> 0.19 s warm, but a KernelPCA
+fit at N = 8000 took 8.5-9.6 s against 7.2-7.8 s before (4 runs each, the
+same 9 passes); not adopted.
 
 Data: word-like columns, column j drawn with probability ∝ 1/(j + 1) (a Zipf
 law, so frequent columns are shared by many rows), duplicates summed, values
