@@ -358,9 +358,9 @@ import warnings
 
 import numpy as np
 
-from kernelref.kernels.base import squared_distances
+from kernelref.kernels import RBF
 from kernelref.rvm import RVR
-from kernelref.rvm.design import posterior
+from kernelref.rvm.design import design_matrix, posterior
 from kernelref.rvm.regression import ConvergenceWarning
 
 #: Tipping's Gaussian kernel of width 3: exp(-(x - x')^2/(2*3^2)).
@@ -455,9 +455,7 @@ def compare(X, t, gamma, EMRVR, repeat=1):
 def em_log_evidence(em, X, t, gamma):
     """The log evidence where sklearn-rvm's EM stopped: (rvm-posterior) at its α
     and β on its relevance vectors (and bias), which it does not report itself."""
-    Phi = np.exp(-gamma * squared_distances(X, em.relevance_vectors_))
-    if em.bias_used:
-        Phi = np.column_stack([np.ones(len(X)), Phi])
+    Phi = design_matrix(RBF(gamma), X, em.relevance_vectors_, em.bias_used)
     return posterior(Phi, t, em.alpha_, em.beta_).log_evidence
 
 
