@@ -8,13 +8,14 @@ kept weights, α to 1e-8 relative, the Laplace evidence to 1e-8 relative.
 """
 
 import os
-import signal
 
 import numpy as np
 import pytest
 
 distributed = pytest.importorskip("distributed")
 pytest.importorskip("zarr")
+
+from resilience import Interrupted, StopInRun, kill_a_worker  # noqa: E402
 
 from backends.dask import rvm as dask_rvm  # noqa: E402
 from backends.dask.runtime import FitStore  # noqa: E402
@@ -31,10 +32,6 @@ pytestmark = pytest.mark.slow
 
 #: The classes and kernel of the approximations checked alone.
 K, KERNEL = 3, RBF(0.5)
-
-
-class Interrupted(Exception):
-    pass
 
 
 def three_classes(n, seed=0):
@@ -157,23 +154,15 @@ def test_interrupted_softmax_rvc_resumes_to_the_same_model(client, tmp_path):
     params = softmax_params(client)
     clean_records = []
     clean = dask_rvm.RVC(progress=clean_records.append, **params).fit(X, y)
-    calls = []
-
-    def stop_in_the_third_approximation(record):
-        calls.append(record.iteration)
-        if calls.count(1) == 3 and record.iteration == 2:
-            raise Interrupted
-
+    stop = StopInRun(run=3, iteration=2)  # in the third approximation
     store = tmp_path / "fit.zarr"
     with pytest.raises(Interrupted):
-        dask_rvm.RVC(
-            store=store, progress=stop_in_the_third_approximation, **params
-        ).fit(X, y)
+        dask_rvm.RVC(store=store, progress=stop, **params).fit(X, y)
     records = []
     resumed = dask_rvm.RVC(store=store, progress=records.append, **params).fit(X, y)
     # the two approximations run before the stop are not run again
-    finished = calls.index(1, calls.index(1, 1) + 1)  # records before the third
-    assert len(records) <= len(clean_records) - finished
+    finished = stop.records_before_stopped_run()
+    assert finished > 0 and len(records) <= len(clean_records) - finished
     assert resumed.n_iter_ == clean.n_iter_
     np.testing.assert_array_equal(resumed.relevance_, clean.relevance_)
     np.testing.assert_array_equal(resumed.kept_weights_, clean.kept_weights_)
@@ -190,10 +179,7 @@ def test_killed_worker_gives_the_same_softmax_model(client):
     def kill_one(record):
         calls.append(record.iteration)
         if calls.count(1) == 2 and not killed:
-            pids = client.run(os.getpid)
-            pid = pids[sorted(pids)[0]]
-            os.kill(pid, signal.SIGKILL)
-            killed.append(pid)
+            killed.append(kill_a_worker(client))
 
     survivor = dask_rvm.RVC(progress=kill_one, **params).fit(X, y)
     assert killed

@@ -6,9 +6,6 @@ streamed design matrix, so "equal" is strict: the same relevance vectors, the
 same iterations, α and β to 1e-8 relative and the same evidence.
 """
 
-import os
-import signal
-
 import numpy as np
 import pytest
 
@@ -16,16 +13,14 @@ distributed = pytest.importorskip("distributed")
 da = pytest.importorskip("dask.array")
 zarr = pytest.importorskip("zarr")
 
+from resilience import Interrupted, StopInRun, kill_a_worker  # noqa: E402
+
 from backends.dask import rvm as dask_rvm  # noqa: E402
 from kernelref import rvm as reference  # noqa: E402
 from kernelref.rvm.design import design_matrix  # noqa: E402
 from kernelref.rvm.schedules import fast_regression  # noqa: E402
 
 pytestmark = pytest.mark.slow
-
-
-class Interrupted(Exception):
-    pass
 
 
 # The out-of-core case, as in test_dask_svm: a worker measured about 100 MB
@@ -303,18 +298,10 @@ def test_interrupted_rvc_resumes_to_the_same_model(client, tmp_path):
     X, y = two_classes(800, seed=3)
     params = dict(gamma=0.5, chunk_size=200, address=client.scheduler.address)
     clean = dask_rvm.RVC(progress=False, **params).fit(X, y)
-    calls = []
-
-    def stop_in_the_third_approximation(record):
-        calls.append(record.iteration)
-        if calls.count(1) == 3 and record.iteration == 2:
-            raise Interrupted
-
+    stop = StopInRun(run=3, iteration=2)  # in the third approximation
     store = tmp_path / "fit.zarr"
     with pytest.raises(Interrupted):
-        dask_rvm.RVC(
-            store=store, progress=stop_in_the_third_approximation, **params
-        ).fit(X, y)
+        dask_rvm.RVC(store=store, progress=stop, **params).fit(X, y)
     resumed = dask_rvm.RVC(store=store, progress=False, **params).fit(X, y)
     assert resumed.n_iter_ == clean.n_iter_
     np.testing.assert_array_equal(resumed.relevance_, clean.relevance_)
@@ -331,10 +318,7 @@ def test_killed_worker_gives_the_same_model(client):
 
     def kill_one(record):
         if record.iteration == 3 and not killed:
-            pids = client.run(os.getpid)
-            pid = pids[sorted(pids)[0]]
-            os.kill(pid, signal.SIGKILL)
-            killed.append(pid)
+            killed.append(kill_a_worker(client))
 
     survivor = dask_rvm.RVR(progress=kill_one, **params).fit(X, t)
     assert killed
