@@ -31,7 +31,7 @@ from kernelref._validation import (
     record_n_features,
 )
 from kernelref.base import BaseEstimator, ClassifierMixin, restores_on_error
-from kernelref.gp_restarts import best_of_restarts, lbfgs
+from kernelref.gp_restarts import maximise_evidence
 from kernelref.kernels import RBF, Kernel
 from kernelref.kernels.base import restart_bounds
 from kernelref.laplace import (
@@ -378,19 +378,13 @@ class GaussianProcessClassifier(ClassifierMixin, BaseEstimator):
         """Maximise log q(t | X, θ) over log θ within the log bounds, from the
         kernel's θ and ``n_restarts`` uniform draws (``best_of_restarts``)."""
 
-        def negative_evidence(theta):
-            value, gradient = self._evidence(kernel.clone_with_theta(theta), X, t, True)
-            return -value, -gradient
-
-        best_theta, _ = best_of_restarts(
-            self.optimizer if callable(self.optimizer) else lbfgs,
-            negative_evidence,
-            kernel.theta,
-            kernel.bounds,
+        return maximise_evidence(
+            lambda k: self._evidence(k, X, t, True),
+            kernel,
+            self.optimizer,
             self.n_restarts,
             self.random_state,
         )
-        return kernel.clone_with_theta(best_theta)
 
     def _fit_binary(self, kernel, X, t):
         if self.optimizer is not None and len(kernel.theta):

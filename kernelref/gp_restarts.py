@@ -13,7 +13,7 @@ log-bounds, and keeps the best optimum. An optimiser here is a function
 import numpy as np
 from scipy.optimize import minimize
 
-__all__ = ["best_of_restarts", "lbfgs"]
+__all__ = ["best_of_restarts", "lbfgs", "maximise_evidence"]
 
 
 def lbfgs(fun, theta0, bounds):
@@ -41,3 +41,25 @@ def best_of_restarts(optimizer, fun, theta0, bounds, n_restarts, random_state):
     for start in starts:
         optima.append(optimizer(fun, start, bounds))
     return min(optima, key=lambda pair: pair[1])
+
+
+def maximise_evidence(evidence, kernel, optimizer, n_restarts, random_state):
+    """The kernel at the log θ of the highest ``evidence(kernel) -> (value,
+    gradient in log θ)`` that `best_of_restarts` finds within the kernel's
+    log-bounds, the classifiers' type-II maximum likelihood: `optimizer` is a
+    callable run (``GaussianProcessClassifier``'s), or `lbfgs` for any other
+    value ('L-BFGS-B')."""
+
+    def negative_evidence(theta):
+        value, gradient = evidence(kernel.clone_with_theta(theta))
+        return -value, -gradient
+
+    theta, _ = best_of_restarts(
+        optimizer if callable(optimizer) else lbfgs,
+        negative_evidence,
+        kernel.theta,
+        kernel.bounds,
+        n_restarts,
+        random_state,
+    )
+    return kernel.clone_with_theta(theta)

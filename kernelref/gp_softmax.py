@@ -40,7 +40,7 @@ from kernelref._validation import (
     record_n_features,
 )
 from kernelref.base import BaseEstimator, ClassifierMixin
-from kernelref.gp_restarts import best_of_restarts, lbfgs
+from kernelref.gp_restarts import maximise_evidence
 from kernelref.kernels import RBF, Kernel
 from kernelref.kernels.base import restart_bounds
 from kernelref.laplace import TOL, damped_newton
@@ -351,19 +351,13 @@ class SoftmaxGaussianProcessClassifier(ClassifierMixin, BaseEstimator):
         log bounds, from the kernel's θ and ``n_restarts`` uniform draws
         (``best_of_restarts``)."""
 
-        def negative_evidence(theta):
-            value, gradient = self._evidence(kernel.clone_with_theta(theta), X, Y, True)
-            return -value, -gradient
-
-        best_theta, _ = best_of_restarts(
-            lbfgs,
-            negative_evidence,
-            kernel.theta,
-            kernel.bounds,
+        return maximise_evidence(
+            lambda k: self._evidence(k, X, Y, True),
+            kernel,
+            self.optimizer,  # 'L-BFGS-B': lbfgs
             self.n_restarts,
             self.random_state,
         )
-        return kernel.clone_with_theta(best_theta)
 
     def fit(self, X, y):
         """Find the hyperparameters (with an optimizer) and the mode for `X`, `y`."""

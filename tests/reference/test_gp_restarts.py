@@ -14,7 +14,7 @@ import pytest
 from scipy.optimize import minimize
 
 from kernelref.gp import GaussianProcessClassifier, GaussianProcessRegressor
-from kernelref.gp_restarts import best_of_restarts, lbfgs
+from kernelref.gp_restarts import best_of_restarts, lbfgs, maximise_evidence
 from kernelref.gp_softmax import SoftmaxGaussianProcessClassifier
 from kernelref.kernels import RBF, Constant, White
 
@@ -153,3 +153,27 @@ def test_the_restarts_find_a_better_optimum_than_the_start_here():
                 written_out_restarts(fixed, prior.theta, prior.bounds, 2, seed)[1]
             )
     assert max(found) > 0
+
+
+def test_maximise_evidence_is_the_classifiers_restart_loop():
+    """``maximise_evidence``, the one restart loop of both GP classifiers,
+    maximises the evidence as the written-out loop does, with L-BFGS-B for
+    'L-BFGS-B' and with a callable optimizer where one is given."""
+    model = GaussianProcessClassifier(Constant(1.0) * RBF(1.0), optimizer=None)
+    prior = model.fit(X, y2).kernel_
+
+    def evidence(kernel):
+        return model.log_marginal_likelihood(kernel.theta, eval_gradient=True)
+
+    theta, _ = written_out_restarts(model, prior.theta, prior.bounds, 2, 4)
+    found = maximise_evidence(evidence, prior, "L-BFGS-B", 2, 4)
+    np.testing.assert_array_equal(found.theta, prior.clone_with_theta(theta).theta)
+    runs = []
+
+    def optimizer(fun, theta0, bounds):
+        runs.append(theta0)
+        return lbfgs(fun, theta0, bounds)
+
+    again = maximise_evidence(evidence, prior, optimizer, 2, 4)
+    assert len(runs) == 3 and np.array_equal(runs[0], prior.theta)
+    np.testing.assert_array_equal(again.theta, found.theta)
