@@ -266,8 +266,9 @@ class FitStore:
         `identity` is a JSON-able description of the fit (estimator,
         formulation, hyperparameters, kernel). A store at `path` made for
         other data, another identity, another chunk size or by another format
-        version is refused with a ValueError naming ``overwrite=True``, which
-        replaces it (its data and checkpoints) instead, as
+        version is refused with a ValueError naming the fixes (`replace_fix`:
+        another store, removing this one, or ``overwrite=True``); this
+        ``overwrite=True`` replaces it (its data and checkpoints) instead, as
         ``GramStore.build``'s does. A store for this very fit is opened as it
         is, checkpoints and all, with either value (a fit that should not
         resume discards its checkpoint: ``run_loop(resume=False)``), and a
@@ -299,10 +300,7 @@ class FitStore:
             if not mismatch:
                 return cls(path, existing, _refs(path, existing))
             if not overwrite:
-                raise ValueError(
-                    f"{mismatch}; give another store=, remove this one to start "
-                    "afresh, or FitStore.prepare(..., overwrite=True) to replace it."
-                )
+                raise ValueError(f"{mismatch}; {replace_fix(path, 'FitStore.prepare')}")
             shutil.rmtree(path)  # a fit store (_read_attrs checked its format)
         elif existing is None:
             _check_empty(path)
@@ -490,6 +488,21 @@ def _read_attrs(path):
             "a new or empty directory as store=."
         )
     return attrs
+
+
+def replace_fix(path, maker):
+    """What a user can do about a store at `path` made for another fit: what
+    works for an estimator's ``store=`` (the estimators take no ``overwrite``:
+    as a constructor argument it would outlive the one fit it is meant for, in
+    clones and saved models, and delete the stores of other fits), then the
+    ``overwrite=True`` of `maker` (``FitStore.prepare``, ``GramStore.build``)
+    for a caller of it; the command line adds its ``--overwrite``."""
+    return (
+        f"give the estimator another store= directory, or remove {str(path)!r} "
+        "(shutil.rmtree) to fit afresh there, if no fitted model still needs it "
+        "(a Gaussian process keeps its factors in its store). (Calling "
+        f"{maker} yourself, overwrite=True replaces the store.)"
+    )
 
 
 def _is_damaged_fit_store(path):
