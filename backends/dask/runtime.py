@@ -23,6 +23,7 @@ share:
 
 import atexit
 import collections
+import contextlib
 import hashlib
 import json
 import os
@@ -632,6 +633,12 @@ class Progress:
 
     `progress` is None (a bar on a terminal, nothing in a pipe), False
     (nothing), or a callable receiving a ``Record`` after every iteration.
+
+    A fit made of several loops (an RVM's β phases or Gaussian approximations)
+    shows them on one bar: it opens one ``Progress`` and gives it to each
+    ``run_loop``, which starts a new `run` on it. The bar then counts the
+    iterations of all runs and names the current one; the callback's records
+    count each run's iterations from 1, as a run of its own would.
     """
 
     def __init__(self, progress, description, measure_name="measure", size_name="size"):
@@ -642,6 +649,7 @@ class Progress:
         self.names = measure_name, size_name
         self.start = time.perf_counter()
         self.bar = None
+        self.label, self.done, self.iteration = description, 0, 0
         stream = sys.stderr
         if progress is not False and getattr(stream, "isatty", lambda: False)():
             from tqdm.auto import tqdm
@@ -650,6 +658,15 @@ class Progress:
                 desc=description, unit="it", file=stream, dynamic_ncols=True
             )
 
+    def run(self, description):
+        """Start a new run on this bar, described as ``<label>: <description>``;
+        the iterations of the runs before it stay counted."""
+        self.done += self.iteration
+        self.iteration = 0
+        self.start = time.perf_counter()
+        if self.bar is not None:
+            self.bar.set_description_str(f"{self.label}: {description}", refresh=False)
+
     def update(self, iteration, measure, model_size):
         record = Record(
             int(iteration),
@@ -657,8 +674,9 @@ class Progress:
             int(model_size),
             time.perf_counter() - self.start,
         )
+        self.iteration = record.iteration
         if self.bar is not None:
-            self.bar.update(record.iteration - self.bar.n)
+            self.bar.update(self.done + record.iteration - self.bar.n)
             measure_name, size_name = self.names
             self.bar.set_postfix(
                 {measure_name: f"{record.measure:.3g}", size_name: record.model_size},
@@ -696,7 +714,9 @@ def run_loop(
     iteration, returning a new state: the old one stays intact until the step
     has finished), ``done(state) -> bool`` and ``measure(state) -> (measure,
     model_size)``; it may name them for the bar with ``measure_name`` and
-    ``size_name``. The state is checkpointed after the start, every
+    ``size_name``. `progress` may also be an open `Progress` shared by the
+    runs of one fit (a new `Progress.run` on it, described by `description`,
+    and left open). The state is checkpointed after the start, every
     `checkpoint_seconds` and at the end; an exception (an interrupt, a lost
     scheduler, a callback's own exception) checkpoints the last complete state
     before it propagates. `name` names the checkpoint. Returns (state, iterations).
@@ -704,12 +724,17 @@ def run_loop(
     loaded = store.load_state(name) if resume else None
     if not resume:
         store.discard_state(name)
-    with Progress(
-        progress,
-        description,
-        getattr(fit, "measure_name", "measure"),
-        getattr(fit, "size_name", "size"),
-    ) as bar:
+    if isinstance(progress, Progress):  # one bar for several runs: left open
+        progress.run(description)
+        shown = contextlib.nullcontext(progress)
+    else:
+        shown = Progress(
+            progress,
+            description,
+            getattr(fit, "measure_name", "measure"),
+            getattr(fit, "size_name", "size"),
+        )
+    with shown as bar:
         if loaded is None:
             state, iteration = fit.start(), 0
             store.save_state(state, iteration, name)

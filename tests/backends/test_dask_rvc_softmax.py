@@ -8,6 +8,10 @@ kept weights, α to 1e-8 relative, the Laplace evidence to 1e-8 relative.
 """
 
 import os
+import re
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -189,3 +193,74 @@ def test_killed_worker_gives_the_same_softmax_model(client):
     np.testing.assert_array_equal(survivor.evidence_, clean.evidence_)
     client.wait_for_workers(2, timeout=60)
     assert killed[0] not in client.run(os.getpid).values()  # gone, and replaced
+
+
+# -- progress ----------------------------------------------------------------------
+BAR_SCRIPT = textwrap.dedent("""
+    import sys
+    import numpy as np
+    from backends.dask import RVC
+    rng = np.random.default_rng(5)
+    centres = np.array([[0.0, 2.0], [-1.7, -1.0], [1.7, -1.0]])
+    y = rng.integers(0, 3, 60)
+    X = centres[y] + rng.normal(size=(60, 2))
+    model = RVC(gamma=0.5, multi_class=sys.argv[2], address=sys.argv[1]).fit(X, y)
+    print(np.sum(model.n_loop_iter_))
+""")
+
+
+def stderr_on_a_terminal(command):
+    """Run `command` with stderr on a pseudo-terminal of 24 × 200; (stdout,
+    what it wrote on the terminal)."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 200, 0, 0))
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=follower)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            data = os.read(leader, 4096)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    out = process.communicate(timeout=300)[0].decode()
+    os.close(leader)
+    assert process.returncode == 0, out
+    return out, b"".join(chunks).decode(errors="replace")
+
+
+def final_lines(terminal):
+    """The lines a closed tqdm bar leaves: the last redraw before each newline."""
+    return [line.rstrip("\r").split("\r")[-1] for line in terminal.split("\n")[:-1]]
+
+
+@pytest.mark.parametrize(
+    "multi_class, labels",
+    [("softmax", ["RVC softmax"]), ("ovr", ["RVC 1/3", "RVC 2/3", "RVC 3/3"])],
+)
+def test_progress_bar_names_the_machine_and_the_approximation(
+    multi_class, labels, client
+):
+    """One bar per fit (softmax) or per class (one-vs-rest, as the SVMs' 'SVC
+    2/3'), named in words ('RVC softmax: empty start, approximation 4'), never
+    by checkpoint ('rvc-empty-approximation-4'), counting the iterations of
+    all its Gaussian approximations; before, each approximation drew a bar of
+    its own labelled by its checkpoint."""
+    pytest.importorskip("tqdm")
+    command = [
+        sys.executable, "-c", BAR_SCRIPT, client.scheduler.address, multi_class
+    ]  # fmt: skip
+    out, terminal = stderr_on_a_terminal(command)
+    assert "rvc-" not in terminal and "approximation-" not in terminal
+    assert "start, approximation 2" in terminal and "log evidence=" in terminal
+    lines = final_lines(terminal)
+    assert [line.split(":")[0] for line in lines] == labels
+    counted = [int(re.search(r"(\d+)it ", line).group(1)) for line in lines]
+    assert sum(counted) == int(out)  # every approximation's loop iterations

@@ -70,7 +70,9 @@ class RVC(ReferenceRVC):
         here), or the softmax model (the reference's default; see the module).
     store, chunk_size, address, progress, resume, cache_size
         As in ``backends.dask.RVR``; the progress records come per iteration
-        of each approximation's sequential algorithm.
+        of each approximation's sequential algorithm, numbered from 1 in each.
+        On a terminal one bar per fit ('RVC', 'RVC softmax'), or per class
+        with 'ovr' ('RVC 2/3'), counts them all and names the approximation.
     """
 
     def __init__(
@@ -151,12 +153,36 @@ class RVC(ReferenceRVC):
 
     def _driver(self, Phi):
         base = Phi.Phi if isinstance(Phi, KroneckerDesign) else Phi  # softmax: Φ ⊗ I_K
-        return checkpointed_driver(
+        run_name = getattr(self, "_run_name", "")
+        self._drive = checkpointed_driver(
             base.store,
             progress=self.progress,
             resume=self.resume,
-            prefix=f"rvc-{getattr(self, '_run_name', '')}",
+            prefix=f"rvc-{run_name}",
+            label=self._bar_label(Phi, base.store, run_name),
         )
+        return self._drive
+
+    @staticmethod
+    def _bar_label(Phi, store, run_name):
+        """The progress bar's label: 'RVC', 'RVC softmax', or 'RVC k/K' for
+        one-vs-rest's machine of the k-th class of K, as the SVMs' 'SVC 2/3'."""
+        if isinstance(Phi, KroneckerDesign):
+            return "RVC softmax"
+        if not run_name:  # two classes
+            return "RVC"
+        k = int(run_name.split("-")[1])  # 'class-<k>-' (kernelref.rvm.RVC)
+        K = int(store.read("labels").max()) + 1
+        return f"RVC {k + 1}/{K}"
+
+    def _run(self, Phi, t, likelihood, columns=None):
+        """The reference's run, its progress bar closed at the end."""
+        try:
+            return super()._run(Phi, t, likelihood, columns)
+        finally:
+            drive = self.__dict__.pop("_drive", None)
+            if drive is not None:
+                drive.close()
 
     def __getstate__(self):
         state = dict(self.__dict__)

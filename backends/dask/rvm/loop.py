@@ -8,16 +8,19 @@ name, and its state — the model (active set, α, β, the coordinates U and Ψ,
 S, Q, H⁻¹ …), the iteration's logs and the record of a held phase's stall rule
 (``FastState.peak``) — is stored as arrays and scalars (``encode``, ``decode``),
 so that an interrupted fit resumes where it stopped and ends with the model of an
-uninterrupted one.
+uninterrupted one. All runs of one driver share one progress bar, which names
+the run in words (`describe`) and counts the iterations of them all.
 """
+
+import re
 
 import numpy as np
 
-from backends.dask.runtime import run_loop
+from backends.dask.runtime import Progress, run_loop
 from kernelref.rvm.fast import FastState
 from kernelref.rvm.fast_steps import FastModel
 
-__all__ = ["checkpointed_driver", "decode", "encode"]
+__all__ = ["CheckpointedDriver", "checkpointed_driver", "decode", "describe", "encode"]
 
 
 def _plain(value):
@@ -100,20 +103,82 @@ class _RuntimeFit:
         return state.model.log_evidence, len(state.model.active)
 
 
-def checkpointed_driver(store, *, progress, resume, prefix, checkpoint_seconds=5.0):
-    """A driver for ``fast_schedule``: each run of the schedule through
-    ``run_loop`` with the checkpoint ``<prefix><run name>`` in ``store``."""
+#: The words of the runs' names (``kernelref.rvm.schedules``, ``rvc_fast``).
+_WORDS = {
+    "held": "β held",
+    "released": "β learnt",
+    "final": "final pass",
+    "swap": "swap pass",
+    "update": "β updated",
+}
 
-    def drive(loop, name):
+
+def describe(name):
+    """A run's name in words for the bar: 'empty-approximation-13' → 'empty
+    start, approximation 13', 'swap-approximation' → 'swap pass',
+    'hold-released' → 'hold, β learnt'."""
+    match = re.fullmatch(r"(\w+)-approximation-(\d+)", name)
+    if match:
+        start, n = match.groups()
+        where = "after swaps" if start == "swapped" else f"{start} start"
+        return f"{where}, approximation {n}"
+    if name == "swap-approximation":
+        return _WORDS["swap"]
+    return ", ".join(_WORDS.get(part, part) for part in name.split("-"))
+
+
+class CheckpointedDriver:
+    """A driver for ``fast_schedule`` and ``fast_classifier``: each run through
+    ``run_loop`` with the checkpoint ``<prefix><run name>`` in ``store``, all
+    on one progress bar labelled `label` (``runtime.Progress``), opened by the
+    first run and closed by `close` (or when the driver is dropped)."""
+
+    def __init__(self, store, *, progress, resume, prefix, label, checkpoint_seconds):
+        self.store, self.progress, self.resume = store, progress, resume
+        self.prefix, self.label = prefix, label
+        self.checkpoint_seconds = checkpoint_seconds
+        self.bar = None
+
+    def __call__(self, loop, name):
+        fit = _RuntimeFit(loop)
+        if self.bar is None:
+            self.bar = Progress(
+                self.progress, self.label, fit.measure_name, fit.size_name
+            )
         state, _ = run_loop(
-            _RuntimeFit(loop),
-            _EncodedStore(store),
-            progress=progress,
-            resume=resume,
-            checkpoint_seconds=checkpoint_seconds,
-            description=f"{prefix}{name}",
-            name=f"{prefix}{name}",
+            fit,
+            _EncodedStore(self.store),
+            progress=self.bar,
+            resume=self.resume,
+            checkpoint_seconds=self.checkpoint_seconds,
+            description=describe(name),
+            name=f"{self.prefix}{name}",
         )
         return loop.result(state)
 
-    return drive
+    def close(self):
+        """Close the bar (the next run opens a new one)."""
+        bar, self.bar = self.bar, None
+        if bar is not None:
+            bar.close()
+
+    def __del__(self):
+        self.close()
+
+
+def checkpointed_driver(
+    store, *, progress, resume, prefix, label=None, checkpoint_seconds=5.0
+):
+    """A `CheckpointedDriver`: the runs' checkpoints are ``<prefix><run name>``
+    in ``store``; their bar is labelled `label` (default: the prefix's first
+    word in capitals, 'RVR' for 'rvr-')."""
+    if label is None:
+        label = prefix.split("-")[0].upper()
+    return CheckpointedDriver(
+        store,
+        progress=progress,
+        resume=resume,
+        prefix=prefix,
+        label=label,
+        checkpoint_seconds=checkpoint_seconds,
+    )
