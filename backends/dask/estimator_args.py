@@ -6,7 +6,10 @@ Every backend estimator takes ``store, chunk_size, address, progress, resume``
 error naming the argument and the fix; what an argument means to one estimator
 (what ``chunk_size`` counts, ``cache_size``, ``method``) is checked by that
 estimator. ``fit_identity`` is what a fit store records of a fit, so that the
-store refuses other data's or other hyperparameters' fits (``FitStore.prepare``).
+store refuses other data's or other hyperparameters' fits (``FitStore.prepare``),
+naming what works (``runtime.replace_fix``): another ``store=``, or removing it.
+The estimators take no ``overwrite=``, which, kept with their arguments, would
+outlive the one fit it was meant for (in clones and saved models).
 """
 
 import json
