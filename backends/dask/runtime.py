@@ -19,6 +19,9 @@ share:
   Dask's memory monitor holds the round, instead of waiting forever.
 - ``run_loop``: the loop itself — resume, step, checkpoint every few seconds,
   progress; an exception saves the last complete state before it propagates.
+  A fit of several loops shows them on one bar (an open ``Progress``).
+- ``replace_fix``: what a refusal of a store made for another fit tells the
+  user to do.
 """
 
 import atexit
