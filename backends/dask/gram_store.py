@@ -42,7 +42,7 @@ from backends.dask.integrity import (
     forget_chunk,
     verify_chunk,
 )
-from backends.dask.runtime import finished, replace_fix
+from backends.dask.runtime import StoreMismatchError, finished
 from backends.dask.sparse_rows import fingerprint as sparse_fingerprint
 from backends.dask.sparse_rows import is_sparse
 from kernelref._validation import check_array, check_integer
@@ -257,7 +257,7 @@ class GramStore:
                 or _chunk_mismatch(path, store.attrs, chunk_size)
             )
             if mismatch:
-                raise ValueError(f"{mismatch}; {replace_fix(path, 'GramStore.build')}")
+                raise StoreMismatchError(path, mismatch, "GramStore.build")
             if store.is_complete and store._discard_damaged():
                 return store
         else:

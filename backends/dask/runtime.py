@@ -52,6 +52,7 @@ __all__ = [
     "FitStore",
     "Progress",
     "Record",
+    "StoreMismatchError",
     "WorkerPausedError",
     "compute",
     "finished",
@@ -304,7 +305,7 @@ class FitStore:
             if not mismatch:
                 return cls(path, existing, _refs(path, existing))
             if not overwrite:
-                raise ValueError(f"{mismatch}; {replace_fix(path, 'FitStore.prepare')}")
+                raise StoreMismatchError(path, mismatch, "FitStore.prepare")
             shutil.rmtree(path)  # a fit store (_read_attrs checked its format)
         elif existing is None:
             _check_empty(path)
@@ -492,6 +493,16 @@ def _read_attrs(path):
             "a new or empty directory as store=."
         )
     return attrs
+
+
+class StoreMismatchError(ValueError):
+    """A store made for another fit, given to this one: ``mismatch`` says how
+    they differ and ``path`` where the store is; the message adds what to do
+    (`replace_fix`). The command line words its own fix from ``mismatch``."""
+
+    def __init__(self, path, mismatch, maker):
+        self.path, self.mismatch = str(path), mismatch
+        super().__init__(f"{mismatch}; {replace_fix(path, maker)}")
 
 
 def replace_fix(path, maker):

@@ -136,11 +136,17 @@ def _clear_store(path):
 
 @contextlib.contextmanager
 def _store_fix(store):
-    """A backend refuses a store made for other data naming the Python
-    argument overwrite=True; on the command line the fix is --overwrite."""
+    """A backend refuses a store made for other data with the fixes of its
+    Python API; on the command line the fix is --overwrite."""
     try:
         yield
     except ValueError as error:
+        mismatch = getattr(error, "mismatch", None)  # how the store differs
+        if store is not None and mismatch is not None:
+            raise ValueError(
+                f"{mismatch}; add --overwrite to replace the store {store} (a model "
+                "file saved with it may need it to predict), or give another --store."
+            ) from error
         if store is None or "overwrite=True" not in str(error):
             raise
         raise ValueError(

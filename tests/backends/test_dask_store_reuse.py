@@ -15,6 +15,7 @@ pytest.importorskip("distributed")
 pytest.importorskip("zarr")
 
 from backends.dask import SVC, KernelRidge  # noqa: E402
+from backends.dask.runtime import StoreMismatchError  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -47,7 +48,9 @@ def test_a_store_for_other_data_is_refused_with_fixes_that_work(name, client, tm
     make(store=store, address=address, progress=False).fit(X1, y1)
     with pytest.raises(ValueError) as refused:
         make(store=store, address=address, progress=False).fit(X2, y2)
+    assert isinstance(refused.value, StoreMismatchError)
     message = str(refused.value)
+    assert message.startswith(refused.value.mismatch)  # what the CLI rewords
     assert "other data" in message and str(store.resolve()) in message
     assert "another store=" in message and "shutil.rmtree" in message
     # overwrite=True is offered only to whoever calls the store's maker

@@ -353,6 +353,7 @@ def test_refitting_on_other_data_replaces_the_store_with_overwrite(
         done = run("fit", "KernelRidge", "--data", "b.npz", *params, *address)
         assert done.returncode == 1
         assert "--overwrite" in done.stderr and "m.krm.store" in done.stderr
+        assert "shutil.rmtree" not in done.stderr  # the Python fixes are not shown
         done = run(
             "fit", "KernelRidge", "--data", "b.npz", *params, *address, "--overwrite"
         )
