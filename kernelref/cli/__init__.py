@@ -6,8 +6,10 @@ file, line, column or argument at fault and the fix.
 """
 
 import argparse
+import os
 import sys
 import traceback
+import warnings
 
 from kernelref.cli import commands, libsvm, runtime
 from kernelref.cli.data import DataError
@@ -253,6 +255,18 @@ def main(argv=None):
     """Run the command line; returns the exit status (the console script exits with
     it)."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        return _run(argv)
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    """A warning as one line of the command's own, without the source line of
+    the library that raised it (a ConvergenceWarning says what to change)."""
+    print(f"kernelref: warning: {category.__name__}: {message}", file=sys.stderr)
+
+
+def _run(argv):
     try:
         if argv and argv[0] == "svm-train":
             return libsvm.svm_train(argv[1:])
@@ -269,6 +283,11 @@ def main(argv=None):
     except KeyboardInterrupt:
         print("kernelref: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader of stdout went away (`kernelref info ... | head`): stop
+        # quietly, and keep the interpreter's last flush from failing again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except (
         DataError,
         ValueError,

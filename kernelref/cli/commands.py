@@ -6,6 +6,7 @@ import os
 import pathlib
 import shutil
 import sys
+import warnings
 
 import numpy as np
 
@@ -83,6 +84,7 @@ def fit(args):
         with (
             runtime.progress_bar(args, steps, f"fit {cls.__name__}") as bar,
             _store_fix(params.get("store")),
+            _resume_note(args, params.get("store") if "resume" in accepted else None),
         ):
             weighted = {} if w is None else {"sample_weight": w}
             estimator.fit(X, **weighted) if y is None else estimator.fit(
@@ -153,6 +155,21 @@ def _store_fix(store):
             f"{error} On the command line: add --overwrite to replace the store "
             f"{store}, or give another --store."
         ) from error
+
+
+@contextlib.contextmanager
+def _resume_note(args, store):
+    """An interrupted fit that checkpoints into `store` says how to go on."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        if store is not None:
+            note(
+                args,
+                f"the fit's last checkpoint is in {store}: run the same command "
+                "again to resume it (--overwrite starts afresh).",
+            )
+        raise
 
 
 def _fitted_summary(estimator):
@@ -262,8 +279,10 @@ def _predict(args):
     if args.proba:
         if not hasattr(model, "predict_proba"):
             raise UsageError(
-                f"{type(model).__name__} gives no probabilities; drop --proba "
-                "(an SVC gives them when trained with svm-train -b 1)."
+                f"{type(model).__name__} gives no probabilities; drop --proba. An "
+                "SVM gives them Platt-calibrated: kernelref fit PlattCalibrated "
+                '--param \'estimator={"estimator": "SVC", "params": {...}}\' '
+                "(--backend reference), or svm-train -b 1."
             )
         result, names = model.predict_proba(X), [f"p({c})" for c in model.classes_]
     elif args.std:
@@ -311,7 +330,7 @@ def _text(value):
 def _read(args, model):
     """X, y, w of --data as `model` takes them: sparse files kept sparse when it
     takes scipy.sparse X, libsvm files padded to its number of features."""
-    return data.read_weighted(
+    X, y, w = data.read_weighted(
         args.data,
         args.target,
         args.weight,
@@ -319,6 +338,28 @@ def _read(args, model):
         sparse=takes_sparse(model),
         width=getattr(model, "n_features_in_", None),
     )
+    _check_columns(args, model, X)
+    return X, y, w
+
+
+def _check_columns(args, model, X):
+    """Columns the model was fitted without (its --target or --weight) but that
+    this command keeps as features: refused naming the option that drops them."""
+    expected = getattr(model, "n_features_in_", None)
+    if expected is None or np.ndim(X) != 2 or X.shape[1] <= expected:
+        return
+    provenance = io.read_header(args.model_file).get("provenance", {})
+    missing = [
+        f"--{option} {provenance[option]}"
+        for option in ("target", "weight")
+        if provenance.get(option) is not None and getattr(args, option) is None
+    ]
+    if missing and X.shape[1] - expected == len(missing):
+        raise UsageError(
+            f"{args.data} gives {X.shape[1]} features, but {args.model_file} was "
+            f"fitted on {expected}, with {' and '.join(missing)} removed from its "
+            f"columns: give {' '.join(missing)} here too."
+        )
 
 
 # -- evaluate --------------------------------------------------------------------------
@@ -355,7 +396,11 @@ def _evaluate(args):
         report.update(_weighted_scores(predicted, y, s, "rmse" not in report))
     for name in ("log_marginal_likelihood_value_", "log_evidence_"):
         if hasattr(model, name):
-            report["log_evidence"] = float(getattr(model, name))
+            # one number, or one per binary problem (a one-vs-rest RVC)
+            value = np.ravel(np.asarray(getattr(model, name), dtype=float))
+            report["log_evidence"] = (
+                float(value[0]) if value.size == 1 else value.tolist()
+            )
     if hasattr(model, "support_"):
         report["support_vectors"] = len(model.support_)
     if hasattr(model, "relevance_"):
@@ -515,19 +560,25 @@ def info(args):
             raise UsageError(
                 f"{path} is neither a model file nor a Zarr store ({error})."
             ) from None
-        attrs = dict(group.attrs)
-        say(
-            args,
-            f"{path}: {attrs.get('format', 'Zarr group')} version "
-            f"{attrs.get('format_version', attrs.get('version', '?'))}",
-        )
-        for key, value in attrs.items():
-            say(args, f"{key}: {json.dumps(value)}")
-        for name in sorted(group.array_keys()):
-            say(
-                args,
-                f"array {name}: shape {group[name].shape}, chunks {group[name].chunks}",
-            )
+        with warnings.catch_warnings():
+            # a fit store keeps its checkpoints as plain files beside its arrays
+            warnings.filterwarnings("ignore", message=".*not recognized as a comp")
+            _describe_store(args, path, group)
         return 0
     say(args, io.describe(path))
     return 0
+
+
+def _describe_store(args, path, group):
+    """`kernelref info` of a Zarr store: its format, attributes and arrays."""
+    attrs = dict(group.attrs)
+    say(
+        args,
+        f"{path}: {attrs.get('format', 'Zarr group')} version "
+        f"{attrs.get('format_version', attrs.get('version', '?'))}",
+    )
+    for key, value in attrs.items():
+        say(args, f"{key}: {json.dumps(value)}")
+    for name in sorted(group.array_keys()):
+        array = group[name]
+        say(args, f"array {name}: shape {array.shape}, chunks {array.chunks}")

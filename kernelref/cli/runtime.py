@@ -5,7 +5,10 @@ reference commands run with numpy and scipy alone.
 """
 
 import contextlib
+import json
+import pathlib
 import sys
+import time
 
 from kernelref.cli.models import UsageError
 
@@ -40,7 +43,9 @@ def connect(args):
             "connecting to a cluster needs the dask extra: "
             "pip install 'kernelref[dask]'."
         ) from None
-    if address is not None and address.startswith("tls://") and not any(tls):
+    if scheduler_file is not None:
+        address = _address_in(scheduler_file, args.timeout)
+    if address.startswith("tls://") and not any(tls):
         raise UsageError(
             f"the scheduler at {address} speaks TLS: give --tls-ca-file, "
             "--tls-cert and --tls-key (the certificates its operator issued)."
@@ -57,24 +62,122 @@ def connect(args):
             tls_client_key=tls[2],
             require_encryption=True,
         )
-        if address is not None and address.startswith("tcp://"):
+        if address.startswith("tcp://"):
             address = "tls://" + address[len("tcp://") :]
-    where = address or f"the scheduler of {scheduler_file}"
+    option = "--scheduler" if scheduler_file is None else "--scheduler-file"
+    _check_address(address, option)
+    where = address if scheduler_file is None else f"{address} (from {scheduler_file})"
+    # distributed.Client's own timeout does not bound every wait: a port that
+    # accepts the connection but is no scheduler (a web server, a proxy) made it
+    # wait forever or read a garbage frame length (MemoryError); so the scheduler
+    # is asked who it is first, within --timeout
+    _probe(distributed, address, security, args.timeout, where)
     try:
         return distributed.Client(
             address,
-            scheduler_file=scheduler_file,
             security=security,
             timeout=args.timeout,
             set_as_default=True,
         )
     except (OSError, TimeoutError) as error:
+        raise ClusterError(_unreachable(where, args.timeout, error)) from None
+
+
+def _unreachable(where, timeout, error):
+    return (
+        f"cannot reach {where} within {timeout:g} s ({_what(error)}). Check that "
+        "the scheduler runs (`dask scheduler`), that the address and port are right "
+        "and reachable from here, that TLS files match the cluster's, or raise "
+        "--timeout."
+    )
+
+
+def _what(error):
+    """`error` as its type, and its text when it has one."""
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+
+
+def _address_in(scheduler_file, timeout):
+    """The scheduler's address from ``--scheduler-file`` (written by ``dask
+    scheduler --scheduler-file``), waiting up to `timeout` seconds for the file
+    to appear (a scheduler started a moment ago); distributed waits forever."""
+    path = pathlib.Path(scheduler_file)
+    deadline = time.monotonic() + timeout
+    while not path.is_file() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if not path.is_file():
         raise ClusterError(
-            f"cannot reach {where} within {args.timeout:g} s ({type(error).__name__}: "
-            f"{error}). Check that the scheduler runs (`dask scheduler`), that the "
-            "address and port are right and reachable from here, that TLS files match "
-            "the cluster's, or raise --timeout."
+            f"--scheduler-file {scheduler_file}: no such file after {timeout:g} s. "
+            "Give the file `dask scheduler --scheduler-file FILE` writes (on a file "
+            "system this machine shares), start the scheduler, or give --scheduler "
+            "ADDRESS."
+        )
+    try:
+        address = json.loads(path.read_text(encoding="utf-8"))["address"]
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+        address = None
+    if not isinstance(address, str) or not address:
+        raise UsageError(
+            f"--scheduler-file {scheduler_file}: not a Dask scheduler file (JSON "
+            'naming the scheduler\'s "address"); give the file `dask scheduler '
+            "--scheduler-file FILE` writes, or --scheduler ADDRESS."
+        )
+    return address
+
+
+def _check_address(address, option):
+    """A malformed address, refused naming `option` before any connection."""
+    from distributed.comm import registry
+    from distributed.comm.addressing import get_address_host_port, parse_address
+
+    try:
+        scheme, _ = parse_address(address)
+        registry.get_backend(scheme)
+        if scheme in ("tcp", "tls"):
+            get_address_host_port(address)
+    except (ValueError, TypeError) as error:
+        raise UsageError(
+            f"{option} {address}: not a scheduler address ({error}); give it as "
+            "tcp://HOST:PORT (tls://HOST:PORT with TLS), as `dask scheduler` prints "
+            "it, e.g. tcp://10.0.0.1:8786."
         ) from None
+
+
+def _probe(distributed, address, security, timeout, where):
+    """Ask the scheduler at `address` for its identity, all within `timeout`
+    seconds; a ClusterError when nothing answers, or something that is not a
+    Dask scheduler (a worker, another service)."""
+    import asyncio
+
+    from distributed.comm import connect
+
+    options = {} if security is None else security.get_connection_args("client")
+
+    async def identity():
+        comm = await connect(address, timeout=timeout, **options)
+        try:
+            await comm.write({"op": "identity", "reply": True})
+            return await comm.read()
+        finally:
+            comm.abort()
+
+    try:
+        reply = asyncio.run(asyncio.wait_for(identity(), timeout))
+    except (OSError, TimeoutError, asyncio.TimeoutError) as error:
+        raise ClusterError(_unreachable(where, timeout, error)) from None
+    except Exception as error:  # noqa: BLE001 (a foreign service's bytes)
+        raise ClusterError(
+            f"{where} answered, but not as a Dask scheduler ({_what(error)[:200]}). "
+            "Check the port: give the scheduler's address "
+            "(`dask scheduler` prints it, default port 8786), not its dashboard's or "
+            "a worker's."
+        ) from None
+    kind = reply.get("type") if isinstance(reply, dict) else None
+    if kind != "Scheduler":
+        raise ClusterError(
+            f"{where} is a Dask {kind or 'service'}, not a scheduler; give the "
+            "scheduler's address (`dask scheduler` prints it, default port 8786)."
+        )
 
 
 def show_progress(args):
