@@ -42,12 +42,23 @@ from backends.dask.rvm.tasks import (
 from kernelref.rvm.coordinates import orthonormal_basis
 from kernelref.rvm.design import check_kernel_columns
 
-__all__ = ["PREFETCH", "ROWS_MB", "ROW_GROUP", "StreamedDesign", "batch_size", "forget"]
+__all__ = [
+    "PREFETCH",
+    "PRODUCTS_MB",
+    "ROWS_MB",
+    "ROW_GROUP",
+    "StreamedDesign",
+    "batch_size",
+    "forget",
+]
 
 #: Gram rows formed at most by the pass of an addition whose row is not kept.
 PREFETCH = 32
 #: MB of Gram rows the client keeps (the oldest are dropped first).
 ROWS_MB = 512
+#: MB of left products V @ Φ̃ the client keeps, by V (the oldest are dropped
+#: first): a β schedule's runs ask for some of them again (`__rmatmul__`).
+PRODUCTS_MB = 128
 
 
 class StreamedDesign:
@@ -74,6 +85,7 @@ class StreamedDesign:
         cache_mb=0,
         prefetch=PREFETCH,
         rows_mb=ROWS_MB,
+        t=None,
     ):
         self.X, self.shift, self.kernel, self.bias = X - shift, shift, kernel, bias
         self.store, self.client, self.cache_mb = store, client, cache_mb
@@ -90,7 +102,10 @@ class StreamedDesign:
         self._seen, self._rows, self._expected = {}, {}, np.empty(0, dtype=int)
         self._kept = None  # the coordinates `reweighted` formed, for `coordinates`
         self._hits = self._extra = 0
-        self._set_scales(self._squared_norms() if unit else None)
+        if unit and t is not None:  # the norms and Φ̃ᵀt in one pass
+            self._norms_and_targets(np.asarray(t, dtype=float))
+        else:
+            self._set_scales(self._squared_norms() if unit else None)
 
     def _set_scales(self, squared):
         """c from the kernel columns' squared norms (`_squared_norms`), the bias
@@ -122,15 +137,26 @@ class StreamedDesign:
             return other
         t = np.asarray(t, dtype=float)
         U = other._basis(active)
-        W = np.vstack([t, U.T]) * other.weights
-        w2 = other.weights**2
-        both = other._round(norms_and_product_chunk, other.shift, w2, W, other.cache_mb)
-        other._set_scales(both[0])
-        products = other._product(W, both[1:])
-        other._seen[_key(t)] = products[0]
+        products = other._norms_and_targets(t, U)
         if U.shape[1]:
             other._kept = (np.sort(np.asarray(active, dtype=int)), U, products[1:])
         return other
+
+    def _norms_and_targets(self, t, U=None):
+        """One pass for the norms c (`_set_scales`) and the products of t and of
+        Uᵀ (N × m, or none) with Φ̃, which it returns (t's kept as ``t @ design``
+        would give it: the sequential algorithm asks for it first). The pass's
+        pieces meet the products of the two passes apart in the same order
+        (`norms_and_product_chunk`), so the norms' digits are theirs, and so are
+        t's where t is the only row (a row's digits depend on the group of rows
+        it is multiplied with and on W's memory layout, kept as it was)."""
+        W = (np.atleast_2d(t) if U is None else np.vstack([t, U.T])) * self.weights
+        w2 = self.weights**2
+        both = self._round(norms_and_product_chunk, self.shift, w2, W, self.cache_mb)
+        self._set_scales(both[0])
+        products = self._product(W, both[1:])
+        self._keep_product(_key(t), products[:1])
+        return products
 
     def _basis(self, active):
         """An orthonormal basis U of the span of the columns ``active`` of
@@ -283,20 +309,35 @@ class StreamedDesign:
         forget(self._rows, n_new, self.rows_mb, self.shape[1], self.prefetch)
 
     def __rmatmul__(self, V):
-        """V @ Φ̃ for V of shape (N,) or (k, N): one streamed pass. A vector seen
-        before (the targets t, once per run of a β schedule) is answered from
-        memory."""
+        """V @ Φ̃ for V of shape (N,) or (k, N): one streamed pass. A V seen
+        before is answered from memory, up to ``PRODUCTS_MB``: the targets t,
+        which every run of a β schedule asks for; the coordinates of a cold
+        start and the new coordinate rows of its additions, which the 'auto'
+        schedule's second hold repeats from its first iterations (the same
+        column first, the same steps, bit for bit, until the two runs' budgets
+        part). A pass gives a V's rows the same digits whatever passes came
+        before, so a product from memory is the one a pass would give."""
         V = np.asarray(V, dtype=float)
-        key = _key(V) if V.ndim == 1 else None
+        key = _key(V)
         if key in self._seen:
-            return self._seen[key].copy()
+            out = self._seen[key].copy()
+            return out[0] if V.ndim == 1 else out
         W = np.atleast_2d(V) * self.weights
         out = self._product(
             W, self._round(left_product_chunk, self.shift, W, self.cache_mb)
         )
-        if key is not None:
-            self._seen[key] = out[0].copy()
+        self._keep_product(key, out)
         return out[0] if V.ndim == 1 else out
+
+    def _keep_product(self, key, product):
+        """Keep a (k, P) product under ``key``, dropping the oldest beyond
+        ``PRODUCTS_MB``."""
+        room = PRODUCTS_MB * 2**20
+        if product.nbytes > room:
+            return
+        self._seen[key] = product.copy()
+        while sum(p.nbytes for p in self._seen.values()) > room:
+            self._seen.pop(next(iter(self._seen)))
 
     def _product(self, W, kernel_part):
         """V @ Φ̃ from W = V diag(b) and the pass's W @ k(X, X)."""
@@ -328,5 +369,7 @@ def forget(rows, n_new, rows_mb, width, prefetch):
 
 
 def _key(v):
-    """The name under which a vector's product is kept."""
-    return hashlib.sha256(v.tobytes()).hexdigest()
+    """The name under which a vector's (or a matrix's) product is kept: its
+    numbers, shape and layout (a pass's digits depend on the layout)."""
+    layout = repr((v.shape, v.strides)).encode()
+    return hashlib.sha256(layout + v.tobytes()).hexdigest()

@@ -14,8 +14,8 @@ What is kept where:
   (N × m), S, Q, the alignments — which every iteration reads and updates in
   O(N·m); X (N × D) for the columns of the basis functions that join; Gram
   rows φ̃_jᵀΦ̃ of likely additions, up to ``design.ROWS_MB``;
-- workers: the O(N²) kernel work, one pass over k(X, X) for the norms, one
-  for Φ̃ᵀt at the start, and one per addition whose Gram row φ̃_jᵀΦ̃ (which
+- workers: the O(N²) kernel work, one pass over k(X, X) for the norms and
+  Φ̃ᵀt at the start, and one per addition whose Gram row φ̃_jᵀΦ̃ (which
   gives uᵀΦ̃, the new row of Ψ) the client does not keep: that pass forms the
   rows of the next likely additions too (``design.PREFETCH``);
 - fit store: X and t, and the checkpoint of each run.
@@ -135,6 +135,7 @@ class RVR(ReferenceRVR):
                 store,
                 client,
                 cache_mb=self.cache_size,
+                t=t,  # Φ̃ᵀt in the pass of the norms
             )
             drive = checkpointed_driver(
                 store, progress=self.progress, resume=self.resume, prefix="rvr-"
