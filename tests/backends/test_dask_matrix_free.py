@@ -1,14 +1,13 @@
 """Matrix-free GP evidence: CG, stochastic Lanczos quadrature and probe traces,
 behind ``backends.dask.GaussianProcessRegressor(solver="cg")``."""
 
-import os
-import signal
-
 import numpy as np
 import pytest
 from scipy.linalg import eigh
 
 pytest.importorskip("distributed")
+
+from resilience import Interrupted, kill_a_worker  # noqa: E402
 
 from backends.dask import GaussianProcessRegressor, KernelRidge, cg  # noqa: E402
 from backends.dask import gp_matrix_free as mf  # noqa: E402
@@ -238,10 +237,6 @@ def test_kernel_ridge_cg_with_auto_rank_equals_the_reference(client, problem):
         KernelRidge(solver="cg", rank="auto", preconditioner="nystrom").fit(X, y)
 
 
-class Interrupted(Exception):
-    pass
-
-
 def resilient_model(client, **kw):
     # a rank-5 preconditioner: ~100 CG iterations to interrupt (~6 s)
     return cg_model(
@@ -284,10 +279,7 @@ def test_killed_worker_gives_the_same_model(client, problem):
 
     def kill_one(record):
         if record.iteration == 2 and not killed:
-            pids = client.run(os.getpid)
-            pid = pids[sorted(pids)[0]]
-            os.kill(pid, signal.SIGKILL)
-            killed.append(pid)
+            killed.append(kill_a_worker(client))
 
     survivor = resilient_model(client, progress=kill_one).fit(X, y)
     assert killed

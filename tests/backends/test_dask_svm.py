@@ -10,7 +10,6 @@ backend's model passes the KKT certificate computed on the cluster.
 
 import os
 import pathlib
-import signal
 import subprocess
 import sys
 import textwrap
@@ -21,6 +20,8 @@ import pytest
 distributed = pytest.importorskip("distributed")
 da = pytest.importorskip("dask.array")
 zarr = pytest.importorskip("zarr")
+
+from resilience import Interrupted, kill_a_worker  # noqa: E402
 
 from backends.dask import svm as dask_svm  # noqa: E402
 from kernelref import svm as reference  # noqa: E402
@@ -246,10 +247,6 @@ RESILIENCE = dict(
 )
 
 
-class Interrupted(Exception):
-    pass
-
-
 def test_killed_worker_gives_the_same_model(client, tmp_path):
     X, y = classification(2000, seed=6)
     clean = dask_svm.SVC(
@@ -260,10 +257,7 @@ def test_killed_worker_gives_the_same_model(client, tmp_path):
 
     def kill_one(record):
         if record.iteration == 2 and not killed:
-            pids = client.run(os.getpid)
-            pid = pids[sorted(pids)[0]]
-            os.kill(pid, signal.SIGKILL)
-            killed.append(pid)
+            killed.append(kill_a_worker(client))
 
     survivor = dask_svm.SVC(
         progress=kill_one, address=client.scheduler.address, **RESILIENCE
