@@ -61,9 +61,36 @@ def _client_at(address):
     with _lock:
         client = _by_address.get(address)
         if client is None or client.status != "running":
-            client = distributed.Client(address, set_as_default=False)
+            client = _connect(distributed, address)
             _by_address[address] = client
         return client
+
+
+def _connect(distributed, address):
+    """A client of the scheduler at `address`; a malformed or unreachable one is
+    refused naming ``address=`` and the fix (distributed said only 'missing port
+    number in address' or 'Timed out trying to connect')."""
+    from distributed.comm import registry
+    from distributed.comm.addressing import get_address_host_port, parse_address
+
+    try:
+        scheme, _ = parse_address(address)
+        registry.get_backend(scheme)
+        if scheme in ("tcp", "tls"):
+            get_address_host_port(address)
+        return distributed.Client(address, set_as_default=False)
+    except ValueError as error:
+        raise ValueError(
+            f"address={address!r} is not a scheduler address ({error}); give it as "
+            "'tcp://HOST:PORT', as `dask scheduler` prints it."
+        ) from None
+    except (OSError, TimeoutError) as error:
+        raise OSError(
+            f"address={address!r}: no Dask scheduler answered there ({error}). Check "
+            "that the scheduler runs (`dask scheduler` prints its address) and that "
+            "the host and port are right and reachable from here; or leave address= "
+            "out to use the active distributed.Client or an embedded local cluster."
+        ) from None
 
 
 def machine_size():

@@ -1,0 +1,44 @@
+"""A practitioner's audit of the backend's estimators given ``address=``: a
+malformed or unreachable scheduler address is refused naming ``address=`` and
+the fix (distributed said only 'missing port number in address ...' or 'Timed
+out trying to connect to ... after 30 s'), and a reachable one is used."""
+
+import numpy as np
+import pytest
+
+import kernelref
+from backends.dask import RVR, KernelRidge
+
+distributed = pytest.importorskip("distributed")
+dask = pytest.importorskip("dask")
+pytestmark = pytest.mark.slow
+
+rng = np.random.default_rng(24)
+X = rng.normal(size=(40, 2))
+t = np.sin(X[:, 0]) + 0.1 * rng.normal(size=40)
+
+
+def test_a_malformed_address_names_the_argument():
+    with pytest.raises(ValueError, match="address='tcp://head' is not a scheduler"):
+        KernelRidge(lam=0.1, address="tcp://head").fit(X, t)
+    with pytest.raises(ValueError, match="'tcp://HOST:PORT'"):
+        RVR(gamma=0.5, address="http://head:8786").fit(X, t)
+
+
+def test_an_unreachable_address_names_the_argument_and_the_fix():
+    with (
+        dask.config.set({"distributed.comm.timeouts.connect": "1s"}),
+        pytest.raises(OSError) as refused,
+    ):
+        KernelRidge(lam=0.1, address="tcp://127.0.0.1:9").fit(X, t)
+    message = str(refused.value)
+    assert "address='tcp://127.0.0.1:9': no Dask scheduler answered" in message
+    assert "`dask scheduler`" in message and "leave address= out" in message
+
+
+def test_a_scheduler_address_is_used(client, tmp_path):
+    model = KernelRidge(
+        lam=0.1, gamma=0.5, address=client.scheduler.address, store=tmp_path / "g"
+    ).fit(X, t)
+    reference = kernelref.KernelRidge(lam=0.1, gamma=0.5).fit(X, t)
+    np.testing.assert_allclose(model.dual_coef_, reference.dual_coef_, atol=1e-10)
