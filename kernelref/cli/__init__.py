@@ -303,12 +303,27 @@ def _run(argv):
     except Exception as error:  # noqa: BLE001 (the last resort: a message, not a trace)
         if "--verbose" in argv:
             traceback.print_exc()
+        if type(error).__name__ == "KilledWorker":  # distributed's, not imported
+            print(f"kernelref: error: {killed_workers(error)}", file=sys.stderr)
+            return 1
         print(
             f"kernelref: error: {type(error).__name__}: {error} (unexpected; rerun "
             "with --verbose for the traceback, and please report it)",
             file=sys.stderr,
         )
         return 1
+
+
+def killed_workers(error):
+    """What a KilledWorker means for the user, and the fix: the workers that ran
+    a task all died, on a cluster most often for want of memory."""
+    return (
+        f"the cluster's workers died running a task ({error}) Most often a worker "
+        "ran out of memory: its log then says 'exceeded 95% memory budget'. Give "
+        "each worker more memory (dask worker --memory-limit), or make the tasks "
+        "smaller: a smaller --param chunk_size (its tasks hold blocks of the "
+        "kernel matrix with chunk_size rows)."
+    )
 
 
 if __name__ == "__main__":

@@ -236,3 +236,26 @@ def test_warnings_are_one_line_and_a_closed_pipe_is_quiet(
     process.wait(timeout=60)
     assert process.returncode == 1
     assert err == ""  # was 'kernelref: error: [Errno 32] Broken pipe'
+
+
+def test_workers_that_died_are_explained(cli, tmp_path, monkeypatch):
+    """A KilledWorker (every worker that ran a task died: on a 300 MiB worker,
+    KernelPCA's default chunk_size=4096 at N = 6500) was printed as 'unexpected;
+    please report it'. In this process: the fit raises what distributed raises."""
+    write_csv(tmp_path / "train.csv", X, t)
+
+    class Worker:
+        address = "tcp://127.0.0.1:39183"
+
+    def dies(self, X, y=None):
+        raise distributed.KilledWorker("gram_times-0", Worker(), 3)
+
+    monkeypatch.setattr(kernelref.KernelPCA, "fit", dies)
+    status, out, err = cli(
+        "fit", "KernelPCA", "--data", "train.csv", "--target", "target", "--out",
+        "kpca.krm",
+    )  # fmt: skip
+    assert status == 1 and out == ""
+    assert "the cluster's workers died running a task" in err
+    assert "dask worker --memory-limit" in err and "--param chunk_size" in err
+    assert "unexpected" not in err
