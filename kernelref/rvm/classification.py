@@ -131,8 +131,9 @@ class RVC(ClassifierMixin, BaseEstimator):
         Tipping & Faul's sequential algorithm on the Gaussian approximation
         (`fast_classifier`: two paths, from at most 50 independent basis
         functions, or 100 evenly spaced where Φ's rank is lower, after ten
-        re-estimations, with a looser alignment test, and from one basis
-        function, abandoned where it falls far behind; the higher Laplace
+        re-estimations, with a looser alignment test where those columns are
+        nearly dependent, and from one basis function, abandoned where it
+        falls far behind; the higher Laplace
         evidence kept), or
         Tipping's re-estimation
         of all α after every mode (`reestimate_classifier`, from α_i = 1/N² on

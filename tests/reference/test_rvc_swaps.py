@@ -8,7 +8,12 @@ import pytest
 
 import kernelref.rvm.rvc_fast as rvc_fast
 from kernelref.kernels import RBF
-from kernelref.rvm.classification import BERNOULLI, fast_classifier, laplace_posterior
+from kernelref.rvm.classification import (
+    BERNOULLI,
+    fast_classifier,
+    fast_path,
+    laplace_posterior,
+)
 from kernelref.rvm.design import design_matrix, posterior
 from kernelref.rvm.fast import FastLoop, unit_columns
 from kernelref.rvm.polish import newton_polish
@@ -98,6 +103,23 @@ def test_swap_pass_is_kept_only_where_the_laplace_evidence_rises(monkeypatch):
     assert with_swaps.n_iter > without.n_iter
     mode = laplace_posterior(Phi[:, with_swaps.keep], t, with_swaps.alpha, None)
     assert mode.log_evidence == pytest.approx(with_swaps.log_evidence, abs=1e-6)
+    # The path after the swap has the kept fit as its rival, abandoned once its
+    # first approximation falls SWAP_MARGIN below it.
+    monkeypatch.setattr(rvc_fast, "PATH_SWAPS", 2)
+    rules = []
+
+    def recorded(*args, **kwargs):
+        fit = fast_path(*args, **kwargs)
+        rule = (kwargs.get("rival"), kwargs.get("abandon"))
+        rules.append((kwargs["name"], rule, fit.log_evidence))
+        return fit
+
+    monkeypatch.setattr(rvc_fast, "fast_path", recorded)
+    again = fast_classifier(Phi, t)
+    assert again.log_evidence == with_swaps.log_evidence
+    kept = max(L for name, _, L in rules if name != "swapped-")
+    assert rules[-1][:2] == ("swapped-", (kept, (1, rvc_fast.SWAP_MARGIN)))
+    monkeypatch.setattr(rvc_fast, "fast_path", fast_path)
     # A pass whose swap loses on the Laplace evidence leaves the path's fit.
     monkeypatch.setattr(rvc_fast, "PATH_SWAPS", 2)
 

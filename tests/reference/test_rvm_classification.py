@@ -31,6 +31,7 @@ from kernelref.rvm.classification import (
 from kernelref.rvm.design import design_matrix
 from kernelref.rvm.fast import ALIGNMENT_MAX, run_to_end
 from kernelref.rvm.fast_steps import SPAN_RESIDUAL_MIN
+from kernelref.rvm.rvc_fast import nearly_dependent, span_distances
 from kernelref.rvm.softmax import (
     Softmax,
     expanded_design,
@@ -407,6 +408,21 @@ def test_a_path_far_behind_its_rival_is_abandoned():
     assert far.log_evidence == max(far.evidence)
 
 
+def test_a_path_given_its_own_abandon_rule_stops_after_its_first_approximation():
+    """``abandon=(1, margin)`` (the swap pass's path): a first evidence more than
+    the margin below the rival stops the path there; within it, nothing changes."""
+    X, y = ripley_like(0, 150)
+    t = y.astype(float)
+    Phi = design_matrix(RBF(RIPLEY_GAMMA), X, X, bias=True)
+    free = fast_path(Phi, t, BERNOULLI)
+    first = free.evidence[0]
+    near = fast_path(Phi, t, BERNOULLI, rival=first + 0.5, abandon=(1, 0.5))
+    np.testing.assert_array_equal(near.evidence, free.evidence)
+    far = fast_path(Phi, t, BERNOULLI, rival=first + 0.5 + 1e-6, abandon=(1, 0.5))
+    assert far.n_iter == 1 and not far.converged
+    assert far.log_evidence == first
+
+
 def test_the_abandon_margin_grows_with_the_points():
     """At N = 600 the margin is 8√(600/250) = 12.4 nats: a path 10 nats behind its
     rival goes on (with 8 nats it would stop), one a little more than the margin
@@ -444,6 +460,51 @@ def test_the_paths_run_in_order_with_their_alignment_tests_and_rivals(monkeypatc
     assert loose == 1 - 0.01 / REESTIMATED_ALIGNMENT_FACTOR and tight == 0.99
     assert no_rival == -np.inf and rival == reestimated.log_evidence
     assert best.log_evidence == max(reestimated.log_evidence, empty.log_evidence)
+
+
+def test_span_distances_are_least_squares_residuals_of_each_unit_column():
+    rng = np.random.default_rng(0)
+    Phi = rng.normal(size=(40, 12))
+    Phi[:, 5] = Phi[:, 2] + 1e-3 * rng.normal(size=40)  # nearly parallel to 2
+    columns = np.array([0, 2, 3, 5, 7, 11])
+    U = Phi[:, columns] / np.linalg.norm(Phi[:, columns], axis=0)
+    expected = []
+    for i in range(len(columns)):
+        others = np.delete(U, i, axis=1)
+        coef, *_ = np.linalg.lstsq(others, U[:, i], rcond=None)
+        expected.append(np.sum((U[:, i] - others @ coef) ** 2))
+    np.testing.assert_allclose(span_distances(Phi, columns), expected, rtol=1e-8)
+    assert nearly_dependent(Phi, columns)  # 2 and 5: distance ~ 1e-6/40 < 2e-3
+    assert not nearly_dependent(Phi, np.array([0, 2, 3, 7, 11]))
+    Phi[:, 7] = Phi[:, 0] - Phi[:, 3]  # in the others' span: UᵀU singular
+    assert np.all(span_distances(Phi, np.array([0, 3, 7])) < 1e-12)
+    assert nearly_dependent(Phi, np.array([0, 3, 7]))
+
+
+@pytest.mark.parametrize("gamma, loose", [(RIPLEY_GAMMA, True), (400.0, False)])
+def test_the_looser_alignment_test_only_on_nearly_dependent_starts(
+    gamma, loose, monkeypatch
+):
+    """A kernel wide for the data (its dense start's columns nearly dependent)
+    runs the re-estimated path at the looser test; a narrow one at the usual."""
+    import kernelref.rvm.rvc_fast as rvc_fast
+
+    tests = []
+
+    def recorded(*args, **kwargs):
+        tests.append(kwargs["alignment_max"])
+        return fast_path(*args, **kwargs)
+
+    monkeypatch.setattr(rvc_fast, "fast_path", recorded)
+    monkeypatch.setattr(rvc_fast, "PATH_SWAPS", 0)
+    X, y = ripley_like(1, 150)
+    Phi = design_matrix(RBF(gamma), X, X, bias=True)
+    columns = dense_columns(Phi)
+    assert nearly_dependent(Phi, columns) == loose
+    assert (span_distances(Phi, columns).min() < 1 - ALIGNMENT_MAX**2) == loose
+    fast_classifier(Phi, y.astype(float))
+    looser = 1 - (1 - ALIGNMENT_MAX) / REESTIMATED_ALIGNMENT_FACTOR
+    assert tests == [looser if loose else ALIGNMENT_MAX, ALIGNMENT_MAX]
 
 
 def test_a_cycling_path_stops_after_the_patience_and_keeps_its_best_fit():
