@@ -85,6 +85,7 @@ def fit(args):
             runtime.progress_bar(args, steps, f"fit {cls.__name__}") as bar,
             _store_fix(params.get("store")),
             _resume_note(args, params.get("store") if "resume" in accepted else None),
+            _param_fix(models.parse_params(args.param, cls)),
         ):
             weighted = {} if w is None else {"sample_weight": w}
             estimator.fit(X, **weighted) if y is None else estimator.fit(
@@ -170,6 +171,20 @@ def _resume_note(args, store):
                 "again to resume it (--overwrite starts afresh).",
             )
         raise
+
+
+@contextlib.contextmanager
+def _param_fix(given):
+    """An estimator refuses a parameter by its name ('C must be in (0, inf]...'):
+    on the command line it came from --param NAME, a wrong command line."""
+    try:
+        yield
+    except (ValueError, TypeError) as error:
+        text = str(error)
+        named = [name for name in given if text.startswith((f"{name} ", f"{name}="))]
+        if not named or isinstance(error, UsageError):
+            raise
+        raise UsageError(f"--param {named[0]}: {text}") from error
 
 
 def _fitted_summary(estimator):

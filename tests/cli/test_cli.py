@@ -509,8 +509,8 @@ def test_bad_input_gets_a_clear_error_and_nonzero_exit(cli, tmp_path):
                 "--out",
                 "x.krm",
             ),
-            1,
-            "C must be",
+            2,  # a value the estimator refuses is a wrong --param
+            "--param C: C must be",
         ),
         (
             ("fit", "SVR", "--data", "nothere.csv", "--out", "x.krm"),

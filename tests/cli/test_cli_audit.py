@@ -211,9 +211,7 @@ def test_an_interrupted_fit_says_how_to_resume_and_resumes(
     )
 
 
-def test_warnings_are_one_line_and_a_closed_pipe_is_quiet(
-    run, kernelref_command, tmp_path
-):
+def test_warnings_a_refused_param_and_a_closed_pipe(run, kernelref_command, tmp_path):
     write_csv(tmp_path / "train.csv", X, t)
     done = run(
         "fit", "RVR", "--data", "train.csv", "--target", "target", "--param",
@@ -223,6 +221,14 @@ def test_warnings_are_one_line_and_a_closed_pipe_is_quiet(
     assert "kernelref: warning: ConvergenceWarning: RVR(" in done.stderr
     assert "raise max_iter" in done.stderr
     assert "warnings.warn" not in done.stderr and ".py:" not in done.stderr
+    # a parameter refused by the estimator is a wrong --param (was status 1 and
+    # the estimator's message alone)
+    done = run(
+        "fit", "SVC", "--data", "train.csv", "--target", "target", "--param",
+        "C=-1", "--out", "svc.krm",
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.startswith("kernelref: error: --param C: C must be in (0, inf]")
     # the reader of stdout is gone before kernelref writes (`... | head -0`)
     process = subprocess.Popen(
         [kernelref_command, "info", "rvr.krm"],
