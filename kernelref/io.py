@@ -179,6 +179,8 @@ def _encode(value, arrays, where):
 
     if value is None or isinstance(value, (bool, str)):
         return value
+    if isinstance(value, os.PathLike):  # store=pathlib.Path(...): kept as its text
+        return os.fspath(value)
     if isinstance(value, int):
         return value if abs(value) < 2**53 else {"int": str(value)}
     if isinstance(value, float):
@@ -298,7 +300,9 @@ def load(path):
     header, data = _read(os.fspath(path))
     try:
         return _decode(header["model"], _arrays(header, data, path))
-    except ModelFileError:
+    except ModelFileError as error:
+        if str(error).startswith("the model's store"):
+            raise ModelFileError(f"{path}: {error}") from None
         raise
     except (AttributeError, KeyError, IndexError, TypeError, ValueError) as error:
         raise ModelFileError(
@@ -416,9 +420,12 @@ def _decode(node, arrays):
         import zarr
 
         if not os.path.isdir(value):
-            raise ValueError(
+            # the file itself is intact: not "inconsistent", as load says of a
+            # ValueError; the model file names this path when load reraises
+            raise ModelFileError(
                 f"the model's store {value} is gone; the model file refers to "
-                "arrays kept there (move it back, or refit)"
+                "arrays kept there by this absolute path: move the store back (or "
+                "refit)."
             )
         return zarr.open_array(store=value, path=node["path"], mode="r")
     if key == "sparse":

@@ -42,3 +42,28 @@ def test_a_scheduler_address_is_used(client, tmp_path):
     ).fit(X, t)
     reference = kernelref.KernelRidge(lam=0.1, gamma=0.5).fit(X, t)
     np.testing.assert_allclose(model.dual_coef_, reference.dual_coef_, atol=1e-10)
+
+
+def test_a_moved_store_is_named_not_called_a_damaged_model_file(client, tmp_path):
+    """A model fitted with store=pathlib.Path could not be saved; a Dask GP's
+    model file refers to its Cholesky factor in the store by its absolute path,
+    and with the store moved, load said the file 'was not written by
+    kernelref.save'."""
+    from backends.dask import GaussianProcessRegressor
+    from kernelref.io import ModelFileError
+    from kernelref.kernels import RBF
+
+    model = GaussianProcessRegressor(
+        RBF(0.5), noise=0.01, optimizer=None, store=tmp_path / "gp.store"
+    ).fit(X, t)
+    model.save(tmp_path / "gp.krm")  # refused store=pathlib.Path(...) before
+    loaded = kernelref.load(tmp_path / "gp.krm")
+    assert loaded.store == str(tmp_path / "gp.store")
+    np.testing.assert_allclose(loaded.predict(X), model.predict(X), rtol=1e-12)
+    (tmp_path / "gp.store").rename(tmp_path / "moved.store")
+    with pytest.raises(ModelFileError) as refused:
+        kernelref.load(tmp_path / "gp.krm")
+    message = str(refused.value)
+    assert message.startswith(f"{tmp_path / 'gp.krm'}: the model's store ")
+    assert "gp.store" in message and "move the store back" in message
+    assert "not written by kernelref.save" not in message
