@@ -76,7 +76,9 @@ def fit(args):
             sparse=takes_sparse(estimator),
         )
         _check_target(cls, y, args)
-        log(args, f"fitting {estimator!r} on {args.data} ({_shape(X)})")
+        shown = ", ".join(f"{k}={v!r}" for k, v in params.items() if k != "progress")
+        # (not repr(estimator): --verbose's progress= is a function's address)
+        log(args, f"fitting {cls.__name__}({shown}) on {args.data} ({_shape(X)})")
         # a backend fit with a progress= parameter shows its own bar
         steps = 0 if "progress" in accepted else 1
         if args.overwrite:
@@ -93,10 +95,7 @@ def fit(args):
             )
             bar.update(1)
         log(args, f"fitted: {_fitted_summary(estimator)}")
-        if callable(getattr(estimator, "progress", None)):
-            # --verbose's logger belongs to this run, not to the model, and a
-            # model file holds data only (saving a function fails)
-            estimator.set_params(progress=None)
+        _drop_progress(estimator)
         estimator.save(
             args.out,
             provenance={
@@ -110,6 +109,17 @@ def fit(args):
             client.close()
     say(args, f"saved {type(estimator).__name__} to {args.out}")
     return 0
+
+
+def _drop_progress(estimator):
+    """--verbose's logger belongs to this run, not to the model, and a model file
+    holds data only (saving a function fails): removed from the model and from
+    the binary models a one-vs-rest model keeps (they were given it too)."""
+    if callable(getattr(estimator, "progress", None)):
+        estimator.set_params(progress=None)
+    for inner in getattr(estimator, "estimators_", None) or ():
+        if hasattr(inner, "get_params"):
+            _drop_progress(inner)
 
 
 #: the formats of the backends' stores that --overwrite may remove (the Dask

@@ -132,7 +132,9 @@ def test_scheduler_addresses_and_files_are_checked_before_any_work(run, tmp_path
 
 
 def test_one_vs_rest_rvc_worker_address_and_target_column(run, tmp_path):
-    """A worker's address is named as such; evaluate of a one-vs-rest RVC failed
+    """A worker's address is named as such; fit --verbose of a one-vs-rest RVC
+    could not save it (each binary RVC kept --verbose's logger as progress=) and
+    showed the logger's address; evaluate of a one-vs-rest RVC failed
     on its list of evidences; predict on the training file without --target said
     only 'X has 3 features, but it is expecting 2'; info on its store printed
     zarr's warnings about the checkpoint files."""
@@ -146,9 +148,14 @@ def test_one_vs_rest_rvc_worker_address_and_target_column(run, tmp_path):
         done = run(
             "fit", "RVC", "--data", "train.csv", "--target", "target", "--backend",
             "dask", "--scheduler", address, "--param", "gamma=0.5", "--param",
-            "multi_class=ovr", "--out", "rvc.krm",
+            "multi_class=ovr", "--out", "rvc.krm", "--verbose",
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
+        # --verbose showed progress=<function progress_callback.<locals>...>
+        assert (
+            "kernelref: fitting RVC(gamma=0.5, multi_class='ovr', "
+            "store='rvc.krm.store') on train.csv (60 samples × 2 features)"
+        ) in done.stderr
         done = run(
             "evaluate", "rvc.krm", "--data", "train.csv", "--target", "target",
             "--json", "--scheduler", address,
