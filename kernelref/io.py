@@ -276,6 +276,10 @@ def _encode_dict(mapping, arrays, where):
 def _encode_estimator(estimator, arrays, where):
     cls = type(estimator)
     params = estimator.get_params(deep=False)
+    if callable(params.get("progress")):
+        # a backend fit's progress= callback shows one run, it is no part of the
+        # model (and a function cannot be stored): saved as no callback
+        params["progress"] = None
     # __getstate__ is what the class itself declares as its state (3.11+; vars before).
     get_state = getattr(estimator, "__getstate__", lambda: vars(estimator))
     state = {name: v for name, v in get_state().items() if name not in params}

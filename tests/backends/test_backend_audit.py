@@ -67,3 +67,29 @@ def test_a_moved_store_is_named_not_called_a_damaged_model_file(client, tmp_path
     assert message.startswith(f"{tmp_path / 'gp.krm'}: the model's store ")
     assert "gp.store" in message and "move the store back" in message
     assert "not written by kernelref.save" not in message
+
+
+def test_a_model_fitted_with_a_progress_callback_is_saved(client, tmp_path):
+    """progress= takes a callback; saving the fitted model then failed with
+    'cannot save model.progress: a builtins.function ... refit with a named
+    kernel', and a one-vs-rest RVC's binary models held it too."""
+    from backends.dask import RVC
+
+    records = []
+    address = client.scheduler.address
+    model = KernelRidge(
+        lam=0.1, gamma=0.5, solver="cg", progress=records.append, address=address
+    ).fit(X, t)
+    labels = np.digitize(X[:, 0], [-0.5, 0.5])
+    ovr = RVC(
+        gamma=0.5, multi_class="ovr", progress=records.append, address=address
+    ).fit(X, labels)
+    assert records  # the callbacks ran
+    for name, fitted in (("ridge", model), ("rvc", ovr)):
+        fitted.save(tmp_path / f"{name}.krm")
+        loaded = kernelref.load(tmp_path / f"{name}.krm")
+        assert loaded.progress is None and fitted.progress is not None
+        np.testing.assert_array_equal(loaded.predict(X), fitted.predict(X))
+    assert all(
+        e.progress is None for e in kernelref.load(tmp_path / "rvc.krm").estimators_
+    )
