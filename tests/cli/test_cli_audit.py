@@ -5,6 +5,7 @@ interrupted fit told how to resume, warnings and a closed pipe. Each case failed
 (a hang, a traceback, a crash or an unclear message) before its fix."""
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -13,7 +14,6 @@ import time
 
 import numpy as np
 import pytest
-from conftest import environment
 from test_cli import write_csv  # tests/cli is on sys.path (rootdir-less test dir)
 
 import kernelref
@@ -25,6 +25,12 @@ rng = np.random.default_rng(24)
 X = rng.normal(size=(60, 2))
 t = np.sin(X[:, 0]) + 0.1 * rng.normal(size=60)
 labels = np.digitize(X[:, 0], [-0.5, 0.5])  # three classes
+
+
+def environment():
+    """The environment `run` gives the command (conftest's, not imported: other
+    test directories have a conftest module too)."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
 
 
 class Listener:
