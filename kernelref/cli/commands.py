@@ -297,6 +297,7 @@ def _cluster(args):
 
 
 def _predict(args):
+    _check_writable(args.out)
     model = io.load(args.model_file)
     X, _, _ = _read(args, model)
     if args.proba and args.std:
@@ -597,11 +598,11 @@ def info(args):
 def _describe_store(args, path, group):
     """`kernelref info` of a Zarr store: its format, attributes and arrays."""
     attrs = dict(group.attrs)
-    say(
-        args,
-        f"{path}: {attrs.get('format', 'Zarr group')} version "
-        f"{attrs.get('format_version', attrs.get('version', '?'))}",
-    )
+    if "format" in attrs:
+        version = attrs.get("format_version", attrs.get("version", "?"))
+        say(args, f"{path}: {attrs['format']} version {version}")
+    else:  # a data file (--data X.zarr), say
+        say(args, f"{path}: a Zarr group, not a kernelref store")
     for key, value in attrs.items():
         say(args, f"{key}: {json.dumps(value)}")
     for name in sorted(group.array_keys()):

@@ -255,6 +255,18 @@ def test_warnings_a_refused_param_and_a_closed_pipe(run, kernelref_command, tmp_
     process.wait(timeout=60)
     assert process.returncode == 1
     assert err == ""  # was 'kernelref: error: [Errno 32] Broken pipe'
+    # predict's --out into a missing directory: refused before any work (was
+    # '[Errno 2] No such file or directory' after predicting)
+    done = run("predict", "rvr.krm", "--data", "train.csv", "--target", "target",
+               "--out", "missing/p.csv")  # fmt: skip
+    assert done.returncode == 2
+    assert "--out missing/p.csv: the directory" in done.stderr
+    # info on a data Zarr group said 'Zarr group version ?'
+    zarr = pytest.importorskip("zarr")
+    zarr.open_group(str(tmp_path / "data.zarr"), mode="w")["X"] = X
+    done = run("info", "data.zarr")
+    assert done.returncode == 0
+    assert done.stdout.startswith("data.zarr: a Zarr group, not a kernelref store")
 
 
 def test_workers_that_died_are_explained(cli, tmp_path, monkeypatch):
