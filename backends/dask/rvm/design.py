@@ -370,6 +370,8 @@ def forget(rows, n_new, rows_mb, width, prefetch):
 
 def _key(v):
     """The name under which a vector's (or a matrix's) product is kept: its
-    numbers, shape and layout (a pass's digits depend on the layout)."""
-    layout = repr((v.shape, v.strides)).encode()
+    numbers and shape, and a matrix's layout (a pass multiplies V diag(b), which
+    keeps V's layout, and its digits depend on it; a vector's is always one
+    contiguous row)."""
+    layout = repr((v.shape, v.strides if v.ndim > 1 else None)).encode()
     return hashlib.sha256(layout + v.tobytes()).hexdigest()
