@@ -165,6 +165,23 @@ N = 5000 ripley 182 passes (78 re-estimated path, 104 empty), -1108.503347,
 backend / reference 0.98; classif 240 passes (108 + 132), -1008.494122, 1.12;
 the reference's relevance vectors, the evidence within 4.3e-11 and
 max |p_dask - p_ref| below 1.2e-11.
+
+The softmax RVC at N = 1000 (2026-11-24, 21:45-22:40 UTC, shared machine, load
+average 9-24): where its time goes. Three Gaussian classes in 2-D (centres about
+1.5 apart, sd 0.6, γ = 1), ``multi_class='softmax'``, chunk 2048: 121 passes
+before 702b7b5 (the reference's RVC path changed) and 123 after, of which one
+per Gaussian approximation (36: the norms, Φ̃ᵀt̃ and the warm start's
+coordinates together), 64 Gram-row batches and 22 additions nearly inside the
+span (one pass each), 1 cold start. At load 9 the backend took 4.6 s against the
+reference's 1.7 s: 3.3 s in 121 passes of 27 ms each, every one a round trip
+with the kernel cached on the workers (client.map 0.7 ms, the wait for the tasks
+21.7 ms, gather 3.8 ms, cancel 0.4 ms), and 1.3 s on the client. At this N a
+pass is the scheduler's latency and a product of at most 32 rows with 10⁶ cached
+entries, not the kernel: fewer passes is the only lever, and the near-span
+additions keep theirs (``bench_dask_rvm``'s docstring says why). The products
+kept by the design since 50c80ba are not asked for again here (no hit in this
+fit), so the softmax and binary RVC make the passes they made before (binary,
+N = 600: 61 and 61, α bit for bit).
 """
 
 import argparse

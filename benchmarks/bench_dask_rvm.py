@@ -52,6 +52,45 @@ of ``design.gram_row``):
   N = 5000 (two workers, cache on): sinc 70 passes against 67 before the swap
   pass, +0.056 nats; sinc20 100 against 98, +0.24 nats.
 
+Where the passes go (2026-11-24, 21:45-22:35 UTC, each pass labelled by its
+caller; shared machine, load average 9-22, so the passes are exact and the times
+are not). Sinc N = 5000, 'auto', 70 passes: 2 at the start (the norms, Φᵀt), 7
+for the coordinates of each run's start, 8 Gram-row batches (15 additions from
+rows, 96 rows formed), and 53 additions nearly inside the model's span (‖r‖²
+below ``GRAM_ROW_RESIDUAL_MIN`` = 1e-4, down to 1e-10), one pass each: auto-held
+11, auto-released 8, auto-final 5, hold-held 2, hold-released 2, hold-final 23,
+auto-swap 2. The re-hold's three runs took 31 of the 70, and their end was
+discarded (4368.27 against auto-final's 4368.54). Its held phase repeats the
+first hold's first steps bit for bit (its first 16 additions are the first
+hold's), whose new coordinate rows were already kept by their vectors u: 2
+passes for its 18 additions. Sinc20 N = 5000, 100 passes: 2 at the start, 7
+starts, 81 Gram-row batches (235 additions from rows, 916 rows formed: 18% of
+the rows formed ahead were used), 10 additions nearly in the span (all in
+hold-held). Sinc N = 20 000 with ``--cache-mb 0``, 76 passes (471 s, load 20): 2
+at the start, 7 starts, 9 Gram-row batches at 9.0 s each and 58 near-span
+additions at 5.3 s each; the re-hold 35 of them, its end again discarded
+(17 472.40 against 17 475.07).
+
+Changed after that (50c80ba): the norms and Φᵀt come from one pass (the same
+pieces and products in the same order, so the same digits), and products
+V @ Φ̃ of matrices are kept by V as the vectors' were (``PRODUCTS_MB``), so the
+re-hold's cold start, the same column as the first hold's, takes no pass. The
+same α, μ and evidence bit for bit: sinc N = 5000 70 -> 68 passes, sinc20
+100 -> 97, sinc N = 20 000 (cache 0) 76 -> 74 (471 and 509 s at load 20-26:
+no time can be read from these).
+
+Not done, and why (for the next attempt at the near-span passes, the bulk):
+any formula for uᵀΦ̃ from products formed earlier (the Gram row of φ_j, the
+residual of φ_j formed speculatively in an earlier pass, a library of past
+directions u) carries the rounding of r = φ_j − Uc, relative eps/‖r‖, as the
+Gram formula does; only the pass of u itself does not. And a product formed
+speculatively is not a function of the fit's state: a resumed fit (its design
+empty) would form the row by a pass and part from the uninterrupted fit's
+digits, unless the speculative products were saved with each checkpoint. A
+lower ``GRAM_ROW_RESIDUAL_MIN`` (in ``kernelref.rvm.coordinates``) trades the
+same rounding for Gram-row hits, which are few here (last note: 67 -> 58
+passes on sinc N = 5000).
+
 Friedman #1 with 20 inputs (``friedman20``) keeps a model that grows with N,
 and the sequential algorithm's path with it: the reference takes 1.05 s for
 149 relevance vectors at N = 1000, 2.7 s for 189 at N = 2000, and at N = 5000
