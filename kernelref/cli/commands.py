@@ -191,7 +191,7 @@ def _param_fix(given):
         yield
     except (ValueError, TypeError) as error:
         text = str(error)
-        named = [name for name in given if text.startswith((f"{name} ", f"{name}="))]
+        named = [name for name in given if text.startswith(f"{name} must ")]
         if not named or isinstance(error, UsageError):
             raise
         raise UsageError(f"--param {named[0]}: {text}") from error
