@@ -60,9 +60,11 @@ are not centres, S is every row: P = H, and CG takes one step.
 """
 
 import numpy as np
+import scipy.sparse
 from scipy.linalg import solve_triangular
 
-from backends.dask.blocks import kernel_block, reusable_buffer
+from backends.dask import sparse_rows
+from backends.dask.blocks import _sparse_norms, kernel_block, reusable_buffer
 from backends.dask.cg import TILE_COLS, TILE_ROWS, centred_chunk
 from backends.dask.runtime import map_chunks, read_chunk, verify_chunks
 
@@ -85,6 +87,11 @@ JITTER = 1e-10
 
 
 def _centred(C, shift):
+    """C − shift and its rows' squared norms; sparse C (CSR, never shifted)
+    with the norms of its stored entries."""
+    if scipy.sparse.issparse(C):
+        C = C.tocsr()
+        return C, _sparse_norms(C)
     C = np.asarray(C, dtype=np.float64)
     C = C - shift if shift is not None else C
     return C, np.einsum("ij,ij->i", C, C)
@@ -96,17 +103,19 @@ def nystrom_rows(ref, i, C, kernel, shift, U, t_ref, s_ref=None):
     (``nystrom-weighted``).
 
     K_iM is formed a few rows at a time (``TILE_ROWS`` × ``TILE_COLS`` entries)
-    in a reused buffer, and used twice while it is in cache.
+    in a reused buffer, and used twice while it is in cache. Sparse X (CSR
+    chunks) and centres (CSR rows of X) stay sparse: each tile is the kernel's
+    own sparse product, dense only as a tile.
     """
     X_i, x_norms = centred_chunk(ref, i, shift)
     C, c_norms = _centred(C, shift)
-    left = read_chunk(t_ref, i).reshape(len(X_i), -1) if U is None else None
-    s_i = None if s_ref is None else read_chunk(s_ref, i).reshape(len(X_i), 1)
+    left = read_chunk(t_ref, i).reshape(X_i.shape[0], -1) if U is None else None
+    s_i = None if s_ref is None else read_chunk(s_ref, i).reshape(X_i.shape[0], 1)
     k = left.shape[1] if U is None else U.shape[1]
-    out = np.zeros((len(C), k))
-    rows_per_tile = max(1, TILE_ROWS * TILE_COLS // len(C))
-    buffer = reusable_buffer(rows_per_tile * len(C))
-    for r0 in range(0, len(X_i), rows_per_tile):
+    out = np.zeros((C.shape[0], k))
+    rows_per_tile = max(1, TILE_ROWS * TILE_COLS // C.shape[0])
+    buffer = reusable_buffer(rows_per_tile * C.shape[0])
+    for r0 in range(0, X_i.shape[0], rows_per_tile):
         rows = slice(r0, r0 + rows_per_tile)
         K_rM = kernel_block(kernel, X_i[rows], C, buffer, x_norms[rows], c_norms)
         right = left[rows] if U is None else K_rM @ U
@@ -143,13 +152,33 @@ def leverage_scores(client, store, kernel, shift, lam, m, rng):
 
 def row_labels(X):
     """(labels, count): one label per row of X, equal for equal rows (-0.0 is
-    0.0), and the number of distinct rows. One sort of the rows as bytes: 0.11 s
-    at N = 10⁵ and 1.4 s at N = 10⁶ (D = 20, measured 2026-11-24 on a shared
-    machine), against the 64 s of one CG round at N = 10⁶."""
+    0.0), and the number of distinct rows (``sparse_row_labels`` for sparse X).
+    One sort of the rows as bytes: 0.11 s at N = 10⁵ and 1.4 s at N = 10⁶
+    (D = 20, measured 2026-11-24 on a shared machine), against the 64 s of one
+    CG round at N = 10⁶."""
+    if scipy.sparse.issparse(X):
+        return sparse_row_labels(X)
     Z = np.add(np.asarray(X, dtype=np.float64), 0.0, order="C")
     rows = Z.view(np.dtype((np.void, Z.itemsize * Z.shape[1]))).ravel()
     distinct, labels = np.unique(rows, return_inverse=True)
     return labels.ravel(), len(distinct)
+
+
+def sparse_row_labels(X):
+    """``row_labels`` of sparse X without densifying it: rows are equal when
+    their stored nonzero entries are (canonical CSR: sorted, summed, zeros
+    dropped, so -0.0 and 0.0 alike are absent), keyed by those entries' bytes.
+    O(stored entries) and one dictionary entry per distinct row."""
+    X = X.tocsr().astype(np.float64, copy=True)
+    X.sum_duplicates()
+    X.eliminate_zeros()
+    labels = np.empty(X.shape[0], np.int64)
+    seen = {}
+    for n in range(X.shape[0]):
+        start, stop = X.indptr[n], X.indptr[n + 1]
+        key = X.indices[start:stop].tobytes() + X.data[start:stop].tobytes()
+        labels[n] = seen.setdefault(key, len(seen))
+    return labels, len(seen)
 
 
 def check_n_centres(n_centres, n, n_distinct):
@@ -221,8 +250,17 @@ def distinct_draw(index, labels, rng, p=None):
 
 
 def _read_rows(store, index):
-    """Rows `index` of the store's X, on the client."""
+    """Rows `index` of the store's X, on the client (CSR for sparse X, read
+    chunk by chunk, each verified)."""
     import zarr
+
+    if store.x_ref.sparse:
+        index = np.asarray(index)
+        parts = []
+        for c in np.unique(index // store.chunk_size):
+            rows = sparse_rows.read_rows(store.x_ref.path, store.x_ref.rows(int(c)))
+            parts.append(rows[index[index // store.chunk_size == c] % store.chunk_size])
+        return scipy.sparse.vstack(parts, format="csr")
 
     X = zarr.open_array(store=store.x_ref.path, mode="r")
     verify_chunks(store.x_ref, X, np.unique(np.asarray(index) // store.chunk_size))
@@ -295,7 +333,7 @@ class SketchedPreconditioner(FalkonPreconditioner):
         K.flat[:: m + 1] += JITTER * max(np.max(np.diag(K_MM)), 1.0)
         self.T = np.linalg.cholesky(K).T
         inner = np.zeros((m, m))
-        for s in range(0, len(X_S), SKETCH_BLOCK):
+        for s in range(0, X_S.shape[0], SKETCH_BLOCK):
             K_SM = kernel(X_S[s : s + SKETCH_BLOCK], C)
             Phi_T = solve_triangular(  # (K_SM T⁻¹)ᵀ = T⁻ᵀ K_SMᵀ
                 self.T, K_SM.T, trans="T", lower=False, check_finite=False
@@ -303,7 +341,7 @@ class SketchedPreconditioner(FalkonPreconditioner):
             if s_S is not None:
                 Phi_T *= np.sqrt(s_S[s : s + SKETCH_BLOCK])[None, :]
             inner += Phi_T @ Phi_T.T
-        inner *= n / len(X_S)
+        inner *= n / X_S.shape[0]
         inner.flat[:: m + 1] += lam
         self.A = np.linalg.cholesky(inner).T
 

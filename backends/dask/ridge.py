@@ -26,11 +26,10 @@ tiles as it reads them (the factor is reused only for the same weights); CG
 iterates with v ↦ s^½ ∘ K(s^½ ∘ v) + λv; Nyström solves the weighted problem on
 the centres' span (``nystrom-weighted``).
 
-X is what the reference takes (scipy.sparse included: kept sparse by
-``solver="cholesky"`` and ``"cg"``, whose kernel blocks come from sparse
-products; densified for "nystrom"'s fit store, which refuses it beyond 1 GiB
-dense; ``X_fit_`` stays sparse); X must fit in the client's memory; the N × N Gram
-matrix need not fit in any worker's.
+X is what the reference takes (scipy.sparse included: kept sparse by every
+solver, whose kernel blocks come from sparse products, the Nyström centres
+being sparse rows of X; ``X_fit_`` stays sparse); X must fit in the client's
+memory; the N × N Gram matrix need not fit in any worker's.
 ``kernel="precomputed"`` is refused: a precomputed Gram matrix is one the caller
 already holds in memory, which the reference solves directly.
 """
@@ -50,7 +49,6 @@ from backends.dask.blocks import lower_blocks, n_blocks
 from backends.dask.cluster import get_client
 from backends.dask.estimator_args import (
     check_backend_args,
-    dense,
     refuse_precomputed,
 )
 from backends.dask.gram_store import COMPRESSORS, GramStore, fingerprint
@@ -235,9 +233,9 @@ class KernelRidge(ReferenceKernelRidge):
         """
         self._validate_backend()
         lam, X_given, t, s, kernel = self._validate(X, y, sample_weight)
-        # The Gram store and cg's fit store take sparse X as CSR; nystrom's
-        # holds X densely. X_fit_ keeps the reference's X.
-        X = dense(X_given) if self.solver == "nystrom" else X_given
+        # The Gram store and the fit stores take sparse X as CSR. X_fit_ keeps
+        # the reference's X.
+        X = X_given
         client = get_client(self.address)
         X_fit = X_given
         if self.solver == "cholesky":

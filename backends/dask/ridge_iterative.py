@@ -142,7 +142,7 @@ def fit_nystrom(est, X, t, lam, kernel, client, s=None):
     are drawn as without weights (uniformly, or by unweighted leverage scores),
     and are rows of distinct values (``nystrom.select_centres``)."""
     labels, n_distinct = _nystrom.row_labels(X)
-    m = _nystrom.check_n_centres(int(est.n_centres), len(X), n_distinct)
+    m = _nystrom.check_n_centres(int(est.n_centres), X.shape[0], n_distinct)
     store = _fit_store(
         est,
         X,
@@ -169,12 +169,12 @@ def fit_nystrom(est, X, t, lam, kernel, client, s=None):
         m,
         est.centres,
         est.random_state,
-        None if n_distinct == len(X) else labels,
+        None if n_distinct == X.shape[0] else labels,
     )
     C, K_MM = X[index], kernel(X[index])
-    S = _nystrom.sketch_rows(len(X), index, est.random_state)
+    S = _nystrom.sketch_rows(X.shape[0], index, est.random_state)
     P = _nystrom.SketchedPreconditioner(
-        kernel, X[S], C, K_MM, len(X), lam, None if s is None else s[S]
+        kernel, X[S], C, K_MM, X.shape[0], lam, None if s is None else s[S]
     )
     fit = _nystrom.FalkonFit(
         client,

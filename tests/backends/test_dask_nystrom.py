@@ -6,6 +6,7 @@ import signal
 import numpy as np
 import pytest
 import scipy.linalg
+import scipy.sparse
 
 pytest.importorskip("distributed")
 
@@ -187,6 +188,93 @@ def test_more_centres_than_distinct_rows_is_refused_before_any_work(repeated, tm
     assert nystrom.check_n_centres(60, 300, 60) == 60  # every distinct value
     labels, count = nystrom.row_labels(np.array([[0.0, 1], [-0.0, 1], [1, 0.0]]))
     assert count == 2 and labels[0] == labels[1] != labels[2]  # -0.0 is 0.0
+
+
+def sparse_text(n, d, seed):
+    """Sparse rows: four dense-ish informative columns among `d` mostly empty
+    ones (about 30 stored entries per row), targets from the informative part."""
+    rng = np.random.default_rng(seed)
+    informative = rng.normal(size=(n, 4)) * (rng.random((n, 4)) < 0.7)
+    nnz = 26 * n
+    noise = scipy.sparse.csr_matrix(
+        (rng.random(nnz), (rng.integers(n, size=nnz), rng.integers(4, d, size=nnz))),
+        shape=(n, d),
+    )
+    empty = scipy.sparse.csr_matrix((n, d - 4))  # never dense: d may be millions
+    X = scipy.sparse.hstack([scipy.sparse.csr_matrix(informative), empty]) + noise
+    return X.tocsr(), np.sin(informative[:, 0]) + 0.1 * rng.normal(size=n)
+
+
+@pytest.mark.parametrize("centres", ["uniform", "leverage"])
+def test_sparse_nystrom_equals_the_dense_fit(client, centres):
+    """scipy.sparse X is not densified: the fit store holds CSR, the centres are
+    CSR rows of X, and the model is the dense input's (the same centres, β and
+    predictions to the CG's tolerance)."""
+    X, y = sparse_text(300, 5000, seed=3)
+    Xt, _ = sparse_text(50, 5000, seed=4)
+    options = dict(lam=LAM, gamma=0.2, chunk_size=64, progress=False, solver="nystrom")
+    options.update(n_centres=60, centres=centres, tol=1e-10)
+    sparse = KernelRidge(**options).fit(X, y)
+    dense = KernelRidge(**options).fit(X.toarray(), y)
+    assert scipy.sparse.issparse(sparse.X_fit_) and sparse.X_fit_.shape == (60, 5000)
+    np.testing.assert_array_equal(sparse.centre_indices_, dense.centre_indices_)
+    assert (sparse.X_fit_ != X[sparse.centre_indices_]).nnz == 0
+    np.testing.assert_allclose(sparse.dual_coef_, dense.dual_coef_, rtol=0, atol=1e-7)
+    np.testing.assert_allclose(
+        sparse.predict(Xt), dense.predict(Xt.toarray()), rtol=0, atol=1e-8
+    )
+    assert sparse.n_iter_ <= dense.n_iter_ + 1
+
+
+def test_sparse_row_labels_equal_the_dense_ones():
+    """Equal rows get equal labels on sparse X as on its dense form, with stored
+    zeros and -0.0, entries stored twice (summed) and CSC input."""
+    rng = np.random.default_rng(6)
+    A = rng.integers(0, 3, size=(40, 6)).astype(float) * (rng.random((40, 6)) < 0.3)
+    A[5] = A[9] = A[2]
+    A[2, 0] = 2.0
+    A[5, 0] = 1.0  # stored twice below: 1 + 1 = 2, so row 5 equals row 2
+    A[9, 0] = 2.0
+    S = scipy.sparse.coo_matrix(A)
+    S = scipy.sparse.coo_matrix(
+        (
+            np.r_[S.data, 1.0, 0.0, -0.0],
+            (np.r_[S.row, 5, 3, 9], np.r_[S.col, 0, 1, 1]),
+        ),
+        shape=A.shape,
+    )
+    A[5, 0] = 2.0
+    A[9, 1] = -0.0 if A[9, 1] == 0 else A[9, 1]
+    labels, count = nystrom.row_labels(A)
+    assert labels[2] == labels[5] == labels[9] and count < 40
+    for X in (S.tocsr(), S.tocsc()):
+        sparse_labels, sparse_count = nystrom.row_labels(X)
+        assert sparse_count == count
+        np.testing.assert_array_equal(
+            sparse_labels[:, None] == sparse_labels, labels[:, None] == labels
+        )
+
+
+def test_nystrom_on_two_million_columns(client, tmp_path):
+    """X of 150 rows and 2·10⁶ columns (2.4 GB dense, refused before as more
+    than 1 GiB to densify): every row a centre, the exact kernel ridge of the
+    reference's sparse fit; the store holds O(N + nnz) bytes of X."""
+    rng = np.random.default_rng(7)
+    X, y = sparse_text(150, 2_000_000, seed=8)
+    model = KernelRidge(
+        lam=LAM,
+        gamma=0.2,
+        solver="nystrom",
+        n_centres=150,
+        chunk_size=50,
+        progress=False,
+        store=tmp_path / "fit",
+    ).fit(X, y)
+    exact = ReferenceKernelRidge(lam=LAM, gamma=0.2).fit(X, y)
+    Xt = X[rng.choice(150, 40)]
+    np.testing.assert_allclose(model.predict(Xt), exact.predict(Xt), atol=1e-8)
+    stored = sum(f.stat().st_size for f in (tmp_path / "fit" / "X").rglob("*"))
+    assert stored < 16 * X.nnz + 8 * X.shape[0] + 100_000
 
 
 def _tmp():

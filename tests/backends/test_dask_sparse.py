@@ -2,8 +2,8 @@
 
 The SVMs keep ``scipy.sparse`` X sparse end to end (``backends.dask.sparse_rows``):
 the fitted model is the reference's sparse fit, and a matrix whose dense form
-would take gigabytes fits in a few megabytes. Estimators that still store X
-densely refuse such a matrix by name instead of densifying it.
+would take gigabytes fits in a few megabytes. (The Nyström ridge, the last
+estimator that densified sparse X, keeps it sparse too: test_dask_nystrom.)
 """
 
 import pathlib
@@ -433,21 +433,3 @@ def test_sparse_gp_classifier_equals_the_reference(n_classes, client):
     )
     np.testing.assert_allclose(ours.predict_proba(Xt), ref.predict_proba(Xt), atol=1e-7)
     np.testing.assert_array_equal(ours.predict(Xt), ref.predict(Xt))
-
-
-@pytest.mark.parametrize(
-    "make",
-    [
-        lambda address: DaskKernelRidge(gamma=0.5, solver="nystrom", address=address),
-    ],
-    ids=["KernelRidge-nystrom"],
-)
-def test_dense_stores_refuse_large_sparse_x(make, client):
-    """Estimators that store X densely refuse sparse X whose dense form would
-    take 4.8 GB, naming X and the estimators that keep it sparse, before any
-    work (they densified it silently)."""
-    X, y = text_like(300, 2_000_000, 1e-5, seed=7)
-    estimator = make(client.scheduler.address)
-    estimator.set_params(progress=False)
-    with pytest.raises(ValueError, match=r"X is a scipy\.sparse matrix .* 4\.47 GiB"):
-        estimator.fit(X, y)
