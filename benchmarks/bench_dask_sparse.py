@@ -67,6 +67,40 @@ keep the plain path). The same split for KernelPCA's whole-chunk blocks
 fit at N = 8000 took 8.5-9.6 s against 7.2-7.8 s before (4 runs each, the
 same 9 passes); not adopted.
 
+Where the time went after that (RBF, N = 20 000, one profiled fit, load ~10):
+the gradient updates' rounds 119 s of 174 s (workers' products 207 s summed
+over two workers; 5 chunks of 4096 rows on 2 workers leave one idle a fifth of
+the time), the client's q × q kernel K_U 18.6 s, the full gradient 21 s, the
+partition solves 9 s, the subproblem's SMO 4.9 s; working-set selection 0.1 s.
+The 50 outer iterations moved 62 369 variables but only 10 753 distinct ones
+(the free variables of a working set move again in the next): an LRU of 6000
+columns would have missed 27% of them, of 11 000 17%. So now:
+
+- **Linear kernel: w-based gradients.** k(X, Y) @ coef = X (Yᵀ coef), so each
+  worker updates its gradient slice by X_i Δw, Δw = Σ_s Δα_s y_s x_s a sparse
+  vector (``tasks.linear_chunk``), one pass over its stored entries instead of
+  |B| kernel columns: 79.9 -> 7.9 ms CPU per 4096-row chunk at 1500 moved
+  columns (13.0 -> 4.7 ms at 100), equal to 2e-12. N = 20 000, ``--kernel
+  linear`` (load 19-28): backend 330.3 s against the reference's 70.9 s in the
+  same run (ratio 4.66; 11.4-12.2 before, quiet), the same 252 outer iterations,
+  13 022 SVs, KKT 5.1e-4, 3 support differences from the reference; the rounds
+  are now scheduling (114 s for 252 rounds under that load) and the client's
+  subproblems 179 s (K_U by scipy's product, ~0.12 s CPU per iteration) lead.
+- **Other kernels: kernel columns kept on the workers**
+  (``svm.columns``, ``COLUMN_CACHE_BYTES`` = 1 GiB per worker, least recently
+  used out; the reference keeps up to 4 GiB of rows). A column's digits depend
+  only on x_u and the chunk (one set of frequent columns per fit, fixed row
+  blocks, at least two columns per BLAS product), so a kept column is the
+  bits of a fresh one and fits do not depend on the caches (tests check a
+  column alone against it among others, and kept against fresh products).
+  Replaying the fit's 50 moved sets on one chunk: 4.17 -> 2.00 s CPU (0.48);
+  a fresh column costs 16-20 ns per entry against 13-15 before (the per-fit
+  frequent set, the columns' transposed copy ~2.7 ns), a kept one ~1.5. Side
+  by side, before and after at once (load 20-28): backend 537.3 -> 374.9 s,
+  gradient updates 341.1 -> 183.0 s, the same 50 outer iterations, 14 146 SVs,
+  KKT 5.1e-4, 2 support differences from the reference and all held-out
+  predictions equal; workers' memory growth 218/184 -> 1246/1254 MB.
+
 Data: word-like columns, column j drawn with probability ∝ 1/(j + 1) (a Zipf
 law, so frequent columns are shared by many rows), duplicates summed, values
 uniform in [0, 1); labels the sign of a random linear score on the 1000 most

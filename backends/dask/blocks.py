@@ -324,6 +324,26 @@ def add_sparse_product(G, X, Y_t):
     G += np.bincount(flat, products, minlength=G.size).reshape(n, m)
 
 
+def sparse_combination(Y, coef):
+    """w = Yᵀ coef for CSR Y (m × D) as a sparse vector: its sorted stored
+    columns and their values. O(stored entries of Y); no D-long array."""
+    row = np.repeat(np.arange(Y.shape[0]), np.diff(Y.indptr))
+    columns, entry = np.unique(Y.indices, return_inverse=True)
+    values = np.bincount(entry.ravel(), Y.data * coef[row], minlength=len(columns))
+    return columns, values
+
+
+def sparse_dot(X, columns, values):
+    """X w for CSR X and the sparse vector w of ``sparse_combination``: each
+    row's stored entries that w also stores, multiplied and summed (in the
+    row's order, by ``np.bincount``). O(stored entries of X); no D-long array
+    beyond the per-thread column table of ``_positions``."""
+    found = _positions(columns, X.indices, X.shape[1])
+    hit = found >= 0
+    row = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
+    return np.bincount(row[hit], X.data[hit] * values[found[hit]], minlength=X.shape[0])
+
+
 def _sparse_norms(X):
     return np.asarray(X.multiply(X).sum(axis=1), dtype=float).ravel()
 

@@ -25,14 +25,21 @@ from backends.dask import blocks, sparse_rows  # noqa: E402
 from backends.dask import svm as dask_svm  # noqa: E402
 from backends.dask.gram_store import GramStore  # noqa: E402
 from backends.dask.integrity import DamagedChunkError  # noqa: E402
-from backends.dask.runtime import FitStore, read_chunk  # noqa: E402
-from backends.dask.svm.tasks import gather_rows  # noqa: E402
+from backends.dask.runtime import FitStore, map_chunks, read_chunk  # noqa: E402
+from backends.dask.svm import columns, decomposition  # noqa: E402
+from backends.dask.svm.decomposition import BlockDecomposition  # noqa: E402
+from backends.dask.svm.tasks import (  # noqa: E402
+    gather_rows,
+    linear_chunk,
+    product_chunk_at,
+)
 from kernelref import svm as reference  # noqa: E402
 from kernelref.gp import GaussianProcessRegressor  # noqa: E402
 from kernelref.gp_classify import GaussianProcessClassifier  # noqa: E402
 from kernelref.kernels import RBF, Linear, Polynomial, Sigmoid, White  # noqa: E402
 from kernelref.kpca import KernelPCA  # noqa: E402
 from kernelref.ridge import KernelRidge  # noqa: E402
+from kernelref.svm import problems  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -161,6 +168,141 @@ def test_sparse_svc_with_split_products_equals_the_reference(client):
         np.testing.assert_allclose(ours.intercept_, ref.intercept_, atol=1e-5)
         np.testing.assert_array_equal(ours.predict(Xt), ref.predict(Xt))
     np.testing.assert_array_equal(fits[0].dual_coef_, fits[1].dual_coef_)
+
+
+def test_sparse_linear_combination_and_dot(monkeypatch):
+    """The linear kernel's gradient pieces: w = Yᵀ coef as a sparse vector
+    (``blocks.sparse_combination``) and X w (``blocks.sparse_dot``) equal the
+    dense products, with the per-thread column table and, for X wider than
+    ``LOOKUP_COLUMNS``, with the binary search."""
+    X = zipf_rows(300, 5000, 30, seed=11)
+    Y = zipf_rows(40, 5000, 30, seed=12)
+    coef = np.random.default_rng(13).normal(size=40)
+    columns, values = blocks.sparse_combination(Y, coef)
+    w = Y.T @ coef
+    assert np.all(np.diff(columns) > 0) and len(columns) == len(np.unique(Y.indices))
+    np.testing.assert_allclose(values, w[columns], rtol=1e-13, atol=1e-13)
+    assert not np.any(np.delete(w, columns))
+    expected = X @ w
+    np.testing.assert_allclose(
+        blocks.sparse_dot(X, columns, values), expected, rtol=1e-12, atol=1e-12
+    )
+    monkeypatch.setattr(blocks, "LOOKUP_COLUMNS", 100)
+    np.testing.assert_allclose(
+        blocks.sparse_dot(X, columns, values), expected, rtol=1e-12, atol=1e-12
+    )
+
+
+def test_linear_gradient_products_use_w(client, tmp_path, monkeypatch):
+    """For the linear kernel on sparse X the block decomposition's gradient
+    products are X (Yᵀ coef) (``tasks.linear_chunk``), equal to k(X, Y) @ coef
+    of the kernel columns to 1e-12, for the update (Y rows) and the full
+    gradient (Y indices of the stored rows)."""
+    X = zipf_rows(500, 4000, 25, seed=14)
+    store = FitStore.prepare(
+        tmp_path / "fit", X, identity={"test": "linear"}, chunk_size=128, client=client
+    )
+    y = np.where(np.arange(500) % 2, 1.0, -1.0)
+    loop = BlockDecomposition(
+        problems.c_svc(y, np.ones(500)),
+        X,
+        None,
+        Linear(),
+        store,
+        client,
+        q=64,
+        tol=1e-3,
+        start=None,
+        timings={},
+    )
+    assert loop.linear
+    tasks_run = []
+
+    def recording(client, task, *args):
+        tasks_run.append(task)
+        return map_chunks(client, task, *args)
+
+    monkeypatch.setattr(decomposition, "map_chunks", recording)
+    coef = np.random.default_rng(15).normal(size=60)
+    rows = np.sort(np.random.default_rng(16).choice(500, 60, replace=False))
+    expected = Linear()(X, X[rows]) @ coef
+    for got in (
+        loop.product(X[rows], coef, "update"),
+        loop.product(rows, coef, "full", task=product_chunk_at),
+    ):
+        np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
+    assert tasks_run == [linear_chunk, linear_chunk]
+
+
+@pytest.mark.parametrize(
+    "kernel", [RBF(0.05), Polynomial(2, 0.1, 1.0), Sigmoid(0.01, 0.5)]
+)
+def test_kernel_columns_do_not_depend_on_their_company(kernel):
+    """``columns.kernel_columns`` on Zipf-like rows: k(X, Y)ᵀ to 1e-12, and each
+    column bit for bit the same whether computed alone, in a small group or
+    among all (the workers' cached columns are then the columns a fresh
+    computation gives); with ``COLUMN_BLOCK`` small, across column blocks."""
+    X = zipf_rows(700, 3000, 40, seed=21)
+    Y = zipf_rows(300, 3000, 40, seed=22)
+    frequent = columns.frequent_columns(X)
+    assert 0 < len(frequent) < 200
+    X_split = columns.SplitRows(X, frequent)
+    every = columns.kernel_columns(kernel, X_split, columns.SplitRows(Y, frequent))
+    np.testing.assert_allclose(every, kernel(X, Y).T, rtol=1e-12, atol=1e-12)
+    for rows in ([5], [0, 299], [7, 8, 9, 100, 250], np.arange(1, 300, 3)):
+        part = columns.kernel_columns(
+            kernel, X_split, columns.SplitRows(Y[rows], frequent)
+        )
+        np.testing.assert_array_equal(part, every[rows])
+    small = columns.COLUMN_BLOCK
+    try:
+        columns.COLUMN_BLOCK = 7
+        blocked = columns.kernel_columns(
+            kernel, X_split, columns.SplitRows(Y, frequent)
+        )
+    finally:
+        columns.COLUMN_BLOCK = small
+    np.testing.assert_array_equal(blocked, every)
+
+
+def test_cached_products_equal_fresh_ones(tmp_path):
+    """``columns.cached_product_chunk`` on a chunk of a fit store: k(X_i, Y) @ coef
+    to 1e-12; a second call with some columns kept and some new gives the bits
+    of a call on an empty cache; a full cache drops its oldest columns."""
+    X = zipf_rows(400, 3000, 40, seed=23)
+    store = FitStore.prepare(
+        tmp_path / "fit", X, identity={"test": "columns"}, chunk_size=256, client=None
+    )
+    kernel, frequent = RBF(0.05), columns.frequent_columns(X)
+    coef = np.random.default_rng(24).normal(size=120)
+    first, second = np.arange(0, 240, 2), np.arange(100, 340, 2)
+    cache = columns._cache
+    try:
+        columns._cache = columns._ColumnCache(2**30)
+        got = columns.cached_product_chunk(
+            store.x_ref, 1, kernel, frequent, X[first], first, coef
+        )
+        np.testing.assert_allclose(
+            got, kernel(X[256:], X[first]) @ coef, rtol=1e-12, atol=1e-12
+        )
+        assert len(columns._cache.columns) == 120
+        kept = columns.cached_product_chunk(
+            store.x_ref, 1, kernel, frequent, X[second], second, coef
+        )
+        assert len(columns._cache.columns) == 120 + 50  # 70 of them were kept
+        columns._cache = columns._ColumnCache(2**30)
+        fresh = columns.cached_product_chunk(
+            store.x_ref, 1, kernel, frequent, X[second], second, coef
+        )
+        np.testing.assert_array_equal(kept, fresh)
+        columns._cache = columns._ColumnCache(30 * 144 * 8)  # 30 columns of 144 rows
+        columns.cached_product_chunk(
+            store.x_ref, 1, kernel, frequent, X[first], first, coef
+        )
+        kept_samples = [key[2] for key in columns._cache.columns]
+        np.testing.assert_array_equal(kept_samples, first[-30:])
+    finally:
+        columns._cache = cache
 
 
 #: Backend sizes that send a QP on 150-160 samples to the warm start (parts of

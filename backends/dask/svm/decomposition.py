@@ -17,6 +17,11 @@ Each outer iteration (label ``svm-block-step``):
    (label ``svm-gradient-update``): each task forms k(X_chunk, X_U) for the
    samples U behind the moved variables and returns its slice of the update.
 
+For the linear kernel on sparse X the update is X Δw with the sparse vector
+Δw = Σ_s Δα_s y_s x_s (w of ``svm-hard-stationarity``): one pass over each
+chunk's stored entries instead of |B| kernel columns of N entries
+(``tasks.linear_chunk``); the full gradient likewise uses w.
+
 The client holds O(N) state: α, G and the last working set. The stopping
 rule is libsvm's, m(α) − M(α) < tol on all variables (label
 ``smo-optimality``), so the result is what ``kkt_report`` certifies.
@@ -26,8 +31,20 @@ import time
 
 import numpy as np
 
+from backends.dask.blocks import sparse_combination
 from backends.dask.runtime import map_chunks
-from backends.dask.svm.tasks import product_chunk, product_chunk_at, shifted
+from backends.dask.svm.columns import (
+    cached_product_chunk,
+    elementwise,
+    frequent_columns,
+)
+from backends.dask.svm.tasks import (
+    linear_chunk,
+    product_chunk,
+    product_chunk_at,
+    shifted,
+)
+from kernelref.kernels.vector import Linear
 from kernelref.svm import problems
 from kernelref.svm.solver import Solution, calculate_rho, solve
 
@@ -134,6 +151,12 @@ class BlockDecomposition:
         self.q, self.tol = int(min(q, len(qp.y))), tol
         self.initial_alpha = start
         self.timings = timings
+        # Linear kernel on sparse X: gradients from X w (``tasks.linear_chunk``);
+        # other maps of inner products: kernel columns kept on the workers
+        # (``columns.cached_product_chunk``) on one set of frequent columns.
+        self.linear = shift is None and type(kernel) is Linear
+        self.cached = shift is None and not self.linear and bool(elementwise(kernel))
+        self.frequent = frequent_columns(X) if self.cached else None
 
     # -- the runtime's interface -------------------------------------------------
     def start(self):
@@ -168,20 +191,33 @@ class BlockDecomposition:
         moved = np.flatnonzero(coef)
         alpha = alpha.copy()
         alpha[B] = alpha_B
-        update = self.product(X_U[moved], coef[moved], "gradient updates")
+        update = self.product(
+            X_U[moved], coef[moved], "gradient updates", samples=U[moved]
+        )
         G = G + self.qp.y * update[self.qp.src]
         return {"alpha": alpha, "G": G, "previous": B, "gap": gap(self.qp, alpha, G)}
 
     # -- pieces ------------------------------------------------------------------
-    def product(self, Y, coef, phase, task=product_chunk):
+    def product(self, Y, coef, phase, task=product_chunk, samples=None):
         """k(X, Y) @ coef over every training sample, on the workers; with
-        ``task=product_chunk_at``, Y holds row indices of the stored X."""
+        ``task=product_chunk_at``, Y holds row indices of the stored X. With
+        `samples` (Y's rows of the stored X) on sparse X, through the workers'
+        cached kernel columns (``columns.cached_product_chunk``)."""
         tick = time.perf_counter()
         if Y.shape[0] == 0:
             return np.zeros(self.store.n)
-        parts = map_chunks(
-            self.client, task, self.store.x_ref, self.kernel, self.shift, Y, coef
-        )
+        if self.linear:
+            if task is product_chunk_at:
+                Y = self.X[Y]
+            w = sparse_combination(Y.tocsr(), coef)
+            parts = map_chunks(self.client, linear_chunk, self.store.x_ref, *w)
+            self._add(phase, tick)
+            return np.concatenate(parts)
+        if self.cached and samples is not None:
+            args = (cached_product_chunk, self.kernel, self.frequent, Y, samples)
+        else:
+            args = (task, self.kernel, self.shift, Y)
+        parts = map_chunks(self.client, args[0], self.store.x_ref, *args[1:], coef)
         self._add(phase, tick)
         return np.concatenate(parts)
 

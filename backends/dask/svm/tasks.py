@@ -13,7 +13,7 @@ dense BLAS product on those and a sparse one on the rest
 import numpy as np
 import scipy.sparse
 
-from backends.dask.blocks import product_rows
+from backends.dask.blocks import product_rows, sparse_dot
 from backends.dask.runtime import read_chunk
 from kernelref.svm import problems
 from kernelref.svm.solver import solve
@@ -39,6 +39,16 @@ def product_chunk_at(ref, i, kernel, shift, rows, coef):
         shifted(gather_rows(ref, rows), shift),
         coef,
     )
+
+
+def linear_chunk(ref, i, columns, values):
+    """Worker task: rows of chunk i of X w for the linear kernel, w the sparse
+    vector (`columns`, `values`) of ``blocks.sparse_combination``. For the
+    linear kernel k(X, Y) @ coef = X (Yᵀ coef), so the update of
+    ``svm-gradient-update`` is one pass over the chunk's stored entries with
+    Δw = Σ_s Δα_s y_s x_s (as w of ``svm-hard-stationarity``) instead of
+    len(Y) kernel columns."""
+    return sparse_dot(read_chunk(ref, i), columns, values)
 
 
 def gather_rows(ref, indices):
