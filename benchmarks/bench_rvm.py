@@ -347,6 +347,54 @@ sets the time target (the default ends 1.3-9.4 nats above re-estimation there).
 The target is the issue's and is kept; the summary line says on how many of the
 rows over it the faster peer is an EM stopped so.
 
+Twelfth pass, 2026-11-24 (shared machine, load 8-25 from other work; CPU time,
+min of 5 fits per row in three rounds alternating with the code before; wall runs
+of this benchmark alternating too): where the near-miss rows' time goes, and runs
+that start where the run before them ended.
+
+- Profile (thread CPU; F3 c=0.25 raw s1, F3 c=1 raw s1, F1 c=0.25 scaled s0, F3
+  c=4 raw s0, F1 c=1 raw s0): the held phase's 46-146 additions at 75-120 us
+  (choose_action ~20, the addition ~45, the rest of the step ~10), 23-33% of a
+  fit; Newton polishes 15-25% (41% on F1 c=1 raw s0: its first polish, at m = 139,
+  takes 30 steps, 13 of them deletions and 8 through eigh at 0.6-1.7 ms); 25-35
+  fresh factorisations at 150-300 us (m = 50-90; L^-1 Psi most of it), 10 of them
+  the released run's early beta updates, 20-30%; the swap pass 5-35% where swaps
+  pay (F3 raw s1); the four runs' starts (QR, U^T Phi, a factorisation) and
+  results (a posterior) 5-10% of the small rows; outside the schedule 0.37 ms.
+- Adopted: each run of a schedule starts from the FastModel the run before it
+  ended with (FastLoop(model=), FastResult.model), with no QR or U^T Phi and, after
+  a converged run, no factorisation; the schedules form mu and Sigma once, for the
+  run they keep (posterior=False, with_posterior); and two cuts with the same
+  digits (the swap screen's second-largest cosine by argmax, not argsort; the span
+  mask only where U holds deleted directions). The 41 rows and sinc N=2000 keep
+  their relevance vectors and evidence (to 3e-7 nats on F1 c=4 raw s1, at the beta
+  cap; 1e-10 elsewhere), iterations +-1 (which of two runs ending at one maximum
+  is kept); fresh factorisations 1 069 -> 1 033. CPU over the 41 rows 1976 -> 1758
+  ms (-11%; -5 to -23% per row); sinc N=2000 0.084-0.099 -> 0.066-0.067 s (gamma =
+  1/18) and 0.294-0.302 -> 0.268-0.275 s (0.25). The RVC (bench_rvc, same run
+  conditions) is unchanged: all 48 rows the same evidence, vectors and iterations,
+  36 of 48 on both targets before and after. Wall runs of this benchmark (two
+  each, alternating, load 13-25): 27 and 26 rows on both targets before, 27 and
+  27 after (evidence 39 in all four); single rows swung by up to 40x between runs
+  (F1 c=1 scaled s1 0.15-6.25), and sinc N=2000 gamma = 0.25 gave 30.9x and 44.1x
+  before, 25.2x and 27.2x after, with the fast fits at 3-9 times their quiet
+  0.22 s: those ratios are the load's. By CPU time against re-estimation's 9.95
+  and 8.24 s (one fit each, same session): 151x and 30.0-30.7x after, 100-118x
+  and 27.3-28.0x before, the same evidence (+1.35 and +0.06 nats).
+- Tried, not adopted: (1) F1 c=4 by Newton on all 241 alpha and beta at once
+  (newton_polish on the unit columns; beta at its start or at the cap, alpha0
+  1e-3 to 10, 32 starts on the four rows): 8-100 steps in 10-135 ms, ending 3-125
+  nats below re-estimation from 27 (most prune to 140-210 functions); only on
+  scaled s0 with beta at the cap does it reach re-estimation's evidence or more
+  (-119.67 to -116.70, 13-15 steps), in 21-35 ms against the 15 ms the target
+  allows. A Newton step at m = 241 costs 1.2-1.5
+  ms (negative definite Hessian) to ~5 ms (eigh), so neither this path nor the
+  sequential one can come within 0.5x of an EM that stops in 13-64 ms (6.5 ms on
+  raw s1). (2) RELEASE_TOL = 0.1: 7 rows change path, F2 c=0.25 raw s0 and scaled
+  s1 -3.2 and -3.1 nats. (3) The swap screen's polish stopping once it beats the
+  floor: the same maxima, +4% CPU where swaps pay (the loop after the swap then
+  settles the rest). (4) choose_action with q^2 - s formed once: < 1 us of 19.
+
 sklearn-rvm (``pip install sklearn-rvm``) is a benchmark-only peer; where it does
 not import, the benchmark says so and compares with re-estimation alone. Its EM
 reports no evidence, so only its time and vector count are shown.

@@ -34,6 +34,7 @@ import numpy as np
 from kernelref.rvm.coordinates import coordinate_posterior, log_evidence_at
 from kernelref.rvm.design import initial_beta
 from kernelref.rvm.fast_steps import (
+    REFRESH_INTERVAL,
     SPAN_RESIDUAL_MIN,
     add_basis_function,
     beta_interval,
@@ -73,6 +74,7 @@ __all__ = [
     "run_to_end",
     "unit_columns",
     "warm_alpha",
+    "with_posterior",
 ]
 
 # Defaults of SparseBayes 2.0 (SB2_ControlSettings, SB2_Initialisation).
@@ -125,11 +127,12 @@ RELEASE_EVERY = 10
 #: ("polish" | "prune", the number of basis functions it deleted: `polish_model`,
 #: `pruned_model`); ``n_fresh`` counts the fresh factorisations
 #: (rvm-SQ-stable) and ``drift`` is the largest drift of the rank-one updates
-#: measured against them.
+#: measured against them; ``model`` is the `FastModel` where the loop ended, on
+#: the unit columns it ran on (the next run of a β schedule starts from it).
 FastResult = namedtuple(
     "FastResult",
     "active alpha beta mu Sigma gamma log_evidence evidence actions n_iter converged "
-    "n_fresh drift",
+    "n_fresh drift model",
 )
 
 
@@ -244,7 +247,13 @@ class FastLoop:
     with β learnt, at most the cap ``BETA_MAX_FACTOR``/var(t)),
     and ``alpha`` (one per column, ``np.inf`` outside the model) replaces the
     starting model: a warm start, which the relevance vector classifier uses on
-    each new Gaussian approximation of its likelihood.
+    each new Gaussian approximation of its likelihood. ``model``, the `FastModel`
+    where another run on the same columns ended (``FastResult.model``), is such a
+    warm start too, taken with its coordinates where Φ is an array: the run does
+    not factorise Φ's columns again (a QR and UᵀΦ), and where that run ended on a
+    fresh factorisation at this β, not S, Q either (the β schedules chain their
+    runs so). Without ``posterior`` the result leaves out μ, Σ and γ (`with_posterior`
+    adds them): the β schedules need them only for the run they keep.
 
     Φ is used only through ``Phi.shape``, its columns ``Phi[:, j]`` and
     ``Phi[:, index]``, and left products ``v @ Phi`` and ``V @ Phi``: an object
@@ -270,6 +279,8 @@ class FastLoop:
         stall=None,
         swaps=0,
         at_maximum=False,
+        model=None,
+        posterior=True,
     ):
         self.Phi, self.usable, self.t = Phi, usable, t
         self.swaps, self.at_maximum = swaps, at_maximum
@@ -284,10 +295,14 @@ class FastLoop:
         beta0 = initial_beta(t) if beta is None else float(beta)
         self.beta0 = min(beta0, self.beta_max)
         self.alpha0 = None if alpha is None else np.array(alpha, dtype=float)
+        self.model0, self.posterior = model, posterior
 
     def start(self):
-        """The first model, factorised: the warm start ``alpha``, or the column
-        most aligned with t with its optimal α."""
+        """The first model, factorised: the warm start ``model`` or ``alpha``, or
+        the column most aligned with t with its optimal α."""
+        if self.model0 is not None:
+            model = self._continued(self.model0)
+            return FastState(model, 0, 0, self.at_maximum, [], [], None)
         P = self.Phi.shape[1]
         if self.alpha0 is None:
             first = int(np.argmax(np.abs(self.PhiT_t)))
@@ -301,6 +316,31 @@ class FastLoop:
             active = np.flatnonzero(np.isfinite(alpha))
         model = self._refresh(initial_model(self.Phi, active, alpha, self.beta0))
         return FastState(model, 0, 0, self.at_maximum, [], [], None)
+
+    def _continued(self, model):
+        """``model`` (where another run ended) as this run's first model: its
+        counters and held-phase record reset as for a new factorisation, at this
+        run's β, and factorised afresh unless it already is (no rank-one update or
+        deleted direction since its last factorisation, the same β).
+
+        On a design that is not an array (the Dask backend's streamed design, whose
+        coordinate rows come from kept rows of ΦᵀΦ and round worse than a product
+        with Φ: `new_coordinate_row`) only the model's α are taken, and its
+        coordinates are formed afresh, as from ``alpha``: carried from run to run,
+        its rounding moved β by 1.3e-8 from the reference's on a test problem."""
+        if not isinstance(self.Phi, np.ndarray):
+            start = initial_model(self.Phi, model.active, model.alpha, self.beta0)
+            return self._refresh(start)
+        fresh = model.since_fresh == 0 and model.beta == self.beta0
+        fresh = fresh and model.U.shape[1] == len(model.active)
+        model = model._replace(
+            beta=self.beta0,
+            interval=REFRESH_INTERVAL,
+            drift=0.0,
+            n_fresh=0,
+            noise_estimate=None,
+        )
+        return model if fresh else self._refresh(model)
 
     def _refresh(self, model, measure=False):
         """`refresh` of ``model`` on this loop's data."""
@@ -466,33 +506,65 @@ class FastLoop:
         )
 
     def result(self, state):
-        """The `FastResult` of the model where the loop stands."""
+        """The `FastResult` of the model where the loop stands; without
+        ``posterior``, μ, Σ and γ are None (`with_posterior` adds them)."""
         model, N = state.model, len(self.t)
         active = model.active
-        post = coordinate_posterior(
-            model.Psi[:, active],
-            model.tau,
-            model.perp,
-            model.alpha[active],
-            model.beta,
-            N,
-        )
-        gamma = gamma_factors(model.alpha[active], post.Sigma.diagonal())
+        if self.posterior:
+            post = coordinate_posterior(
+                model.Psi[:, active],
+                model.tau,
+                model.perp,
+                model.alpha[active],
+                model.beta,
+                N,
+            )
+            mu, Sigma, log_evidence = post.mu, post.Sigma, post.log_evidence
+            gamma = gamma_factors(model.alpha[active], Sigma.diagonal())
+        else:
+            mu = Sigma = gamma = None
+            log_evidence = model.log_evidence  # exact when just factorised
+            if model.since_fresh > 0:  # else a sum of gains since then
+                R, alpha = model.Psi[:, active], model.alpha[active]
+                log_evidence = log_evidence_at(
+                    R, model.tau, model.perp, alpha, model.beta, N
+                )
         return FastResult(
             active,
             model.alpha[active],
             model.beta,
-            post.mu,
-            post.Sigma,
+            mu,
+            Sigma,
             gamma,
-            post.log_evidence,
+            log_evidence,
             np.array(state.evidence),
             state.actions,
             state.n_iter,
             state.converged,
             model.n_fresh,
             model.drift,
+            model,
         )
+
+
+def with_posterior(result, N):
+    """``result`` (a `FastResult` of N targets) with the μ, Σ and γ of its model
+    (label ``rvm-evidence-split``) where its loop left them out (``posterior=False``:
+    the β schedules compute them once, for the run they keep)."""
+    if result.mu is not None:
+        return result
+    model = result.model
+    active = model.active
+    post = coordinate_posterior(
+        model.Psi[:, active],
+        model.tau,
+        model.perp,
+        model.alpha[active],
+        model.beta,
+        N,
+    )
+    gamma = gamma_factors(model.alpha[active], post.Sigma.diagonal())
+    return result._replace(mu=post.mu, Sigma=post.Sigma, gamma=gamma)
 
 
 def warm_alpha(run, P):

@@ -240,11 +240,12 @@ def choose_action(model, usable, tol, alignment_max):
     (`action_gains`), and whether the α have settled (see `fast_on_unit_columns`)."""
     alpha, active = model.alpha, model.active
     s, q = sparsity_quality(model.S, model.Q, alpha, active)
+    theta = q * q - s
     # Only a column with q² − s above ZERO_FACTOR could join: whether the others
     # are refused does not matter to the gains.
-    wanted = q * q - s > ZERO_FACTOR
+    wanted = theta > ZERO_FACTOR
     refused = refused_additions(model, usable, alignment_max, wanted)
-    new_alpha, gain = action_gains(alpha, active, s, q, refused)
+    new_alpha, gain = action_gains(alpha, active, s, q, refused, theta)
     small = np.abs(np.log(new_alpha[active] / alpha[active])) < tol
     # A re-estimation within the tolerance already counts as converged, and gains
     # only O((Δ log α)²): it is not worth an iteration.
@@ -265,19 +266,16 @@ def refused_additions(model, usable, alignment_max, wanted=None):
     of the columns whose answer matters), the others may be reported refused
     without the test of the model's span, which costs a QR factorisation."""
     active = model.active
-    # Only a new direction needs a residual above SPAN_RESIDUAL_MIN: a deleted
-    # column rejoins along the direction U still holds for it.
-    near = (model.residual < SPAN_RESIDUAL_MIN) & ~model.dead
-    near[active] = False
-    if (
-        model.U.shape[1] > len(active)
-        and near.any()
-        and (wanted is None or (near & wanted).any())
-    ):
-        # U spans deleted columns too: the test is against the model's own span.
-        index = near.nonzero()[0]
-        near[index] = outside_model_span(model, index) < SPAN_RESIDUAL_MIN
-    refused = near
+    refused = model.residual < SPAN_RESIDUAL_MIN
+    if model.U.shape[1] > len(active):  # (else no column is dead)
+        # Only a new direction needs a residual above SPAN_RESIDUAL_MIN: a deleted
+        # column rejoins along the direction U still holds for it.
+        refused &= ~model.dead
+        refused[active] = False
+        if refused.any() and (wanted is None or (refused & wanted).any()):
+            # U spans deleted columns too: the test is against the model's own span.
+            index = refused.nonzero()[0]
+            refused[index] = outside_model_span(model, index) < SPAN_RESIDUAL_MIN
     refused |= ~usable
     if alignment_max < 1:
         refused |= model.align > alignment_max

@@ -63,7 +63,7 @@ def optimal_alpha(s, q):
         )
 
 
-def action_gains(alpha, active, s, q, refused):
+def action_gains(alpha, active, s, q, refused, theta=None):
     """The optimal α and the gain ΔL of changing it, for every column.
 
     For every column: its optimal α (rvm-fast-alpha) and ΔL = ℓ(α_new) − ℓ(α_old)
@@ -73,8 +73,10 @@ def action_gains(alpha, active, s, q, refused):
     q² − s above `ZERO_FACTOR` have one. Deleting the last basis function and adding
     a ``refused`` column (aligned with a basis function in the model, or inside the
     model's span; those in the model, ``active``, are never refused) are not allowed.
+    ``theta``, q² − s, is computed when not given.
     """
-    theta = q * q - s
+    if theta is None:
+        theta = q * q - s
     to = ((theta > ZERO_FACTOR) & ~refused).nonzero()[0]
     s_to = s[to]
     r = theta[to] / s_to

@@ -88,10 +88,11 @@ def _allowed(model, usable, alignment_max, R):
     allowed = np.repeat(outside[:, None], len(active), axis=1)
     if alignment_max < 1 and len(active) > 1:
         cosine = np.abs(model.Psi.T @ R)  # |φ_kᵀφ_j| = |ψ_kᵀψ_j|, j in the model
-        order = np.argsort(cosine, axis=1)
-        first = order[:, -1]
+        first = cosine.argmax(axis=1)
         rows = np.arange(len(cosine))
-        top, second = cosine[rows, first], cosine[rows, order[:, -2]]
+        top = cosine[rows, first]
+        cosine[rows, first] = -1.0  # the largest of the others: the second
+        second = cosine.max(axis=1)
         # the largest cosine with the model without i: the second where i is first
         without = np.where(
             np.arange(len(active)) == first[:, None], second[:, None], top[:, None]

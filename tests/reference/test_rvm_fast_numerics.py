@@ -288,6 +288,39 @@ def test_auto_final_pass_lets_near_copies_in_and_then_the_bounded_hold_runs():
     )
 
 
+def test_a_run_started_from_where_another_ended_equals_one_refactorised():
+    """A `FastLoop` given ``model=`` (the `FastModel` where the last run ended,
+    ``FastResult.model``, as the β schedules chain their runs) takes the path of
+    one given that model's α and β, which factorises Φ's columns afresh: the same
+    actions and basis functions, the evidence to rounding. The hand-off skips the
+    QR and, where the last run ended on a fresh factorisation at this β, S and Q."""
+    from kernelref.rvm.fast import FastLoop, run_to_end, warm_alpha
+
+    Phi, t = sinc_problem(1, 120, 0.25)
+    usable = np.ones(Phi.shape[1], dtype=bool)
+    held = run_to_end(FastLoop(Phi, usable, t, update_beta=False, tol=10.0))
+    assert held.model.since_fresh > 0  # the released run refactorises it once
+    for previous in (held, run_to_end(FastLoop(Phi, usable, t))):
+        runs = [
+            run_to_end(FastLoop(Phi, usable, t, beta=previous.beta, **start))
+            for start in (
+                dict(model=previous.model),
+                dict(alpha=warm_alpha(previous, Phi.shape[1])),
+            )
+        ]
+        handed, fresh = runs
+        assert handed.actions == fresh.actions
+        np.testing.assert_array_equal(handed.active, fresh.active)
+        assert handed.log_evidence == pytest.approx(fresh.log_evidence, abs=1e-9)
+        np.testing.assert_allclose(handed.alpha, fresh.alpha, rtol=1e-6)
+        # the factorisation of a fresh start saved where the last run ended fresh
+        assert handed.n_fresh == fresh.n_fresh - (previous is not held)
+    # From a converged run's end (fresh at its own β) nothing is refactorised
+    # before the first step.
+    loop = FastLoop(Phi, usable, t, model=previous.model, beta=previous.beta)
+    assert loop.start().model.n_fresh == 0
+
+
 def test_a_warm_start_above_the_beta_cap_starts_at_the_cap():
     """β given above BETA_MAX_FACTOR/var(t) (with β learnt) starts at the cap: at
     β·var(t) = 1e18 S_j of the well-determined basis functions rounds to α_j and
