@@ -370,7 +370,7 @@ that start where the run before them ended.
   their relevance vectors and evidence (to 3e-7 nats on F1 c=4 raw s1, at the beta
   cap; 1e-10 elsewhere), iterations +-1 (which of two runs ending at one maximum
   is kept); fresh factorisations 1 069 -> 1 033. CPU over the 41 rows 1976 -> 1758
-  ms (-11%; -5 to -23% per row); sinc N=2000 0.084-0.099 -> 0.066-0.067 s (gamma =
+  ms (-11%; -2 to -23% per row); sinc N=2000 0.084-0.099 -> 0.066-0.067 s (gamma =
   1/18) and 0.294-0.302 -> 0.268-0.275 s (0.25). The RVC (bench_rvc, same run
   conditions) is unchanged: all 48 rows the same evidence, vectors and iterations,
   36 of 48 on both targets before and after. Wall runs of this benchmark (two
