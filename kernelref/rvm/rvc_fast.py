@@ -547,6 +547,8 @@ def fast_path(
     evidence = []
     best, since_best, n_loop_iter = None, 0, 0
     loop_tol, last_change, last_step = max(tol, LOOSE_TOL), np.inf, None
+    # a design may bound each approximation's model (the softmax's: growth_budget)
+    growth = getattr(Phi, "growth_budget", None)
     for n_iter in range(1, max_iter + 1):
         step = approximation_step(
             Phi,
@@ -560,6 +562,7 @@ def fast_path(
             name=f"{name}approximation-{n_iter}",
             tol=loop_tol,
             alignment_max=alignment_max,
+            max_size=None if growth is None else growth(len(active)),
         )
         n_loop_iter += step.n_iter
         active = step.active

@@ -164,3 +164,40 @@ def test_structured_designs_work_over_any_base_design(problem):
     np.testing.assert_array_equal(fits[1].keep, fits[0].keep)
     assert fits[1].n_loop_iter == fits[0].n_loop_iter
     np.testing.assert_allclose(fits[1].log_evidence, fits[0].log_evidence, rtol=1e-10)
+
+
+def test_growth_budget_bounds_every_approximation_of_the_fast_path():
+    """KroneckerDesign.growth_budget: twice the weights, at least GROWTH_MIN; the
+    fast path asks it, so no approximation ends above the bound of its start (a
+    small bound here, so that it binds: without it the path passes it)."""
+    from kernelref.rvm.fast import run_to_end
+    from kernelref.rvm.softmax_design import GROWTH_FACTOR, GROWTH_MIN
+
+    design = KroneckerDesign(np.ones((3, 2)), 3)
+    assert design.growth_budget(0) == GROWTH_MIN
+    assert design.growth_budget(GROWTH_MIN) == GROWTH_FACTOR * GROWTH_MIN
+
+    class SmallBound(KroneckerDesign):
+        def growth_budget(self, m):
+            return max(2 * m, 12)
+
+    class Unbounded(KroneckerDesign):
+        growth_budget = None
+
+    Phi, y = three_classes(N=90, seed=1)
+
+    def sizes(design_class):
+        ends = []
+
+        def drive(loop, name):
+            result = run_to_end(loop, name)
+            start = 0 if loop.alpha0 is None else int(np.isfinite(loop.alpha0).sum())
+            if "swap-" not in name:  # the swap pass screens, at no bound
+                ends.append((start, len(result.active)))
+            return result
+
+        fast_classifier(design_class(Phi, 3), one_hot(y, 3), Softmax(3), drive=drive)
+        return ends
+
+    assert all(end <= max(2 * start, 12) for start, end in sizes(SmallBound))
+    assert any(end > max(2 * start, 12) for start, end in sizes(Unbounded))
