@@ -45,8 +45,8 @@ __all__ = [
 #: With this bound (shared machine, CPU seconds): 73.0 -> 16.1 s, log evidence
 #: -83.87 -> -83.72, loop iterations 5626 -> 2731. Tighter bounds (2× or 100–200
 #: weights at least) ended 1–4 nats lower on most of eight digits subsets (N =
-#: 300–700; the overshoot explores); at 400 the evidence equalled or beat the
-#: unbounded path's on the five measured. The 12 softmax rows of
+#: 300–700; the overshoot explores); at 400, on the five measured, equal on two,
+#: +1.30 and +0.15 on two, −0.13 nats on one. The 12 softmax rows of
 #: ``benchmarks/bench_rvc`` (P < 400) never reach it: the same paths bit for bit.
 GROWTH_FACTOR = 2
 GROWTH_MIN = 400
