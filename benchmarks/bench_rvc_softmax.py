@@ -1,0 +1,230 @@
+"""The softmax RVC with many classes: digits, 10 classes, against one-vs-rest and
+re-estimation, side by side, with the default fit's time split by phase.
+
+Problem: ``load_digits``, the first N points for training (N = 400, 700, 1200),
+the next points up to 1797 for testing; inputs standardised on the training set
+(the features constant there left as they are); the RBF kernel of the RVC's
+default width γ = 1/D. Rows: the default ``RVC()`` (``multi_class='softmax'``,
+``method='fast'``), ``RVC(multi_class='ovr')`` (its log evidence the sum over
+the ten binary models, not comparable to the softmax model's) and
+``RVC(method='reestimate')`` (the softmax model; it forms the NK × MK design and
+the MK × MK Hessian, so only up to ``--reestimate-max`` points). Columns: wall
+and CPU seconds, the Laplace log evidence, the test error, the kept weights and
+relevance vectors, the Gaussian approximations and loop iterations, and for the
+default the largest model an approximation ended with.
+
+The phases of the default fit (CPU seconds, from wrappers around
+``kernelref.rvm.rvc_fast``'s functions): ``start``, the dense start's columns,
+its mode and ten re-estimations; ``loops``, the sequential algorithm on each
+Gaussian approximation (whitening, warm start, steps); ``modes``, the Newton
+modes between them (with the extrapolated ones); ``rest``, the remainder.
+
+Measured 2026-11-24, 21:40-23:30 UTC, on a machine shared with seven other
+engineers (load average 7-27: wall seconds are 2-3x the CPU seconds, and CPU
+seconds themselves inflate under such load).
+
+Diagnosis (before ``KroneckerDesign.growth_budget``; per approximation, the
+weights it started and ended with, from a driver that records them):
+
+- The paths pass through models of several hundred weights because of the
+  *first approximations*, not the dense start (50 weights) nor re-estimations
+  of nearly infinite α. N = 700: after the re-estimated start (10
+  re-estimations of 50 weights, 48-50 kept) the first approximation, made at a
+  poor mode, grew the model to 915 weights (2531 loop iterations: 1089
+  additions, 1217 re-estimations, 224 deletions; 78.8 s wall) and the second,
+  at the Newton mode of those 915 (an NK x 915 whitened design, 23 s of Newton
+  steps in all), deleted 889 of them one at a time (963 iterations, 70.9 s);
+  the path then settled at 38 weights in 29 cheap approximations. The empty
+  path did the same on a smaller scale (1 -> 298 -> 84 weights, 5.7 s) before
+  it was abandoned after five approximations. Fresh factorisations (O(Pm^2)
+  refreshes) were 106, 23.5 s of the 187 s wall (65 s user CPU); the rest of
+  the two big approximations is the O(Pm) steps at m ~ 900, P = 7010, and the
+  additions' copies of U (NK x m) and Psi (m x P). N = 400: the same pattern at
+  48 -> 111 weights (2.4 s in all).
+- N = 1200 (a run of the code before the bound, started at 21:45 under load
+  7-27): not finished after more than 12 CPU minutes; earlier quiet runs took
+  247 s.
+
+Change: each Gaussian approximation may end with at most twice the weights it
+started with, at least 400 (``kernelref.rvm.softmax_design.GROWTH_FACTOR``,
+``GROWTH_MIN``), the loop's ``max_size`` budget; the next approximation, at the
+new mode, goes on from there. CPU seconds, the same machine and hour:
+
+    N     before: L / cpu / appr / loop       after: L / cpu / appr / loop
+    400   -61.10 / 3.1 / 77 / 1485            -61.10 / 2.5 / 77 / 1485 (not reached)
+    700   -83.87 / 73.0 / 47 / 5626           -83.72 / 14.8-16.1 / 43 / 2731
+
+(At N = 700 the largest model an approximation ends with is now 400.) The 12
+softmax rows of ``bench_rvc`` (iris, wine; P < 400) take the same paths: the
+same approximations, loop iterations and evidence on every row; its other rows
+do not use the structured design.
+
+Tried (bounds max(f*m, g); eight digits subsets, N = 300-700, the first N
+points or random ones, log evidence against the unbounded path's):
+
+- f = 2, g = 10: -0.5 to -3.9 nats on 7 of 8 (+1.1 on one), CPU 1.0-3.2 s
+  against 2.6-32.8 s;
+- f = 4, g = 40: -2.4 to -5.5 on 4 of 6 (+1.3 on one); f = 8, g = 100: -1.2 on
+  2 of 6;
+- f = 2, g = 200: -0.3 to -3.7 on 5 of 8; f = 2, g = 300: -0.96 to -1.73 on
+  3, +1.03 and +1.30 on 2, of 8;
+- f = 2, g = 400 (adopted): equal on two, +1.30 and +0.15 on two, -0.13 on one
+  of five. The overshoot explores: its prune, at the mode of a rich model, finds
+  better maxima than growth a few weights at a time, so the bound is set where
+  it cuts the cost of the largest excursions only.
+
+Not done: N = 1200 still takes about a minute of CPU (53 s, 76 approximations,
+evidence -110.39, in a run before the final commit): the approximations' fixed
+cost at m ~ 100 (the warm start's coordinates, one product with Phi of
+O(NMK m)) and, on that row, paths cycling between two models for the 20
+approximations ``STALL_PATIENCE`` allows. One-vs-rest stays about 10x faster.
+"""
+
+import argparse
+import time
+import warnings
+from contextlib import contextmanager
+
+import numpy as np
+
+import kernelref.rvm.rvc_fast as rvc_fast
+from kernelref.rvm import RVC
+
+#: Training sizes (the first N points of ``load_digits``).
+SIZES = (400, 700, 1200)
+
+#: Re-estimation of the softmax model only up to this N: its NK × MK design and
+#: MK × MK Hessian are 0.4 GB each at N = 700.
+REESTIMATE_MAX = 400
+
+#: ``rvc_fast`` functions timed, and the phase each counts to.
+PHASES = {
+    "dense_start": "start",
+    "reestimated_start": "start",
+    "approximation_step": "loops",
+    "next_mode": "modes",
+    "extrapolated": "modes",
+}
+
+
+def digits(N):
+    """The first N digits for training, the rest for testing, standardised on
+    the training points."""
+    from sklearn.datasets import load_digits
+
+    X, y = load_digits(return_X_y=True)
+    centre, spread = X[:N].mean(0), X[:N].std(0)
+    X = (X - centre) / np.where(spread > 0, spread, 1.0)
+    return X[:N], y[:N], X[N:], y[N:]
+
+
+@contextmanager
+def phase_timer():
+    """CPU seconds spent in each phase of `PHASES` while inside, and the model
+    size each approximation ended with (``sizes``). Nested calls (an
+    extrapolated mode inside no other phase) count once."""
+    spent = {phase: 0.0 for phase in set(PHASES.values())}
+    record = {"spent": spent, "sizes": [], "depth": 0}
+    originals = {name: getattr(rvc_fast, name) for name in PHASES}
+
+    def timed(name, function):
+        def wrapper(*args, **kwargs):
+            record["depth"] += 1
+            start = time.process_time()
+            try:
+                result = function(*args, **kwargs)
+            finally:
+                record["depth"] -= 1
+            if record["depth"] == 0:
+                spent[PHASES[name]] += time.process_time() - start
+            if name == "approximation_step":
+                record["sizes"].append(len(result.active))
+            return result
+
+        return wrapper
+
+    for name, function in originals.items():
+        setattr(rvc_fast, name, timed(name, function))
+    try:
+        yield record
+    finally:
+        for name, function in originals.items():
+            setattr(rvc_fast, name, function)
+
+
+def fit(model, X, y):
+    """``model`` fitted on (X, y): the model, wall and CPU seconds."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a cycling path's ConvergenceWarning
+        model.fit(X, y)
+    return model, time.perf_counter() - wall, time.process_time() - cpu
+
+
+def weights(model):
+    """Weights kept: softmax, the (M, K) mask; one-vs-rest, the binary models'."""
+    kept = getattr(model, "kept_weights_", None)
+    if kept is not None:
+        return int(kept.sum())
+    if hasattr(model, "estimators_"):
+        return int(sum(len(e.alpha_) for e in model.estimators_))
+    return len(model.alpha_)
+
+
+HEADER = (
+    f"  {'N':>5s} {'method':12s} {'wall/s':>8s} {'cpu/s':>8s} {'L':>9s} "
+    f"{'err':>6s} {'w':>5s} {'RVs':>4s} {'appr':>5s} {'loop':>6s} {'peak':>5s}"
+)
+
+
+def row(N, name, model, wall, cpu, X_test, y_test, peak=""):
+    L = float(np.sum(model.log_evidence_))
+    err = float(np.mean(model.predict(X_test) != y_test))
+    print(
+        f"  {N:5d} {name:12s} {wall:8.2f} {cpu:8.2f} {L:9.2f} {err:6.3f} "
+        f"{weights(model):5d} {len(model.relevance_):4d} "
+        f"{int(np.sum(model.n_iter_)):5d} {int(np.sum(model.n_loop_iter_)):6d} "
+        f"{peak:>5}",
+        flush=True,
+    )
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sizes", type=int, nargs="*", default=list(SIZES))
+    parser.add_argument(
+        "--reestimate-max",
+        type=int,
+        default=REESTIMATE_MAX,
+        help="run re-estimation only up to this many points",
+    )
+    args = parser.parse_args(argv)
+    print(
+        "Softmax RVC on digits (10 classes): the default against one-vs-rest and "
+        "re-estimation, one process, single-threaded BLAS; the machine may be "
+        "shared (CPU seconds are steadier than wall seconds)."
+    )
+    print(HEADER)
+    for N in args.sizes:
+        X, y, X_test, y_test = digits(N)
+        with phase_timer() as record:
+            model, wall, cpu = fit(RVC(), X, y)
+        row(N, "softmax", model, wall, cpu, X_test, y_test, max(record["sizes"]))
+        spent = record["spent"]
+        rest = cpu - sum(spent.values())
+        print(
+            "        phases (cpu/s): "
+            + ", ".join(f"{p} {spent[p]:.2f}" for p in ("start", "loops", "modes"))
+            + f", rest {rest:.2f}; approximations ending above 100 weights: "
+            f"{sum(size > 100 for size in record['sizes'])}",
+            flush=True,
+        )
+        model, wall, cpu = fit(RVC(multi_class="ovr"), X, y)
+        row(N, "ovr", model, wall, cpu, X_test, y_test)
+        if N <= args.reestimate_max:
+            model, wall, cpu = fit(RVC(method="reestimate"), X, y)
+            row(N, "reestimate", model, wall, cpu, X_test, y_test)
+
+
+if __name__ == "__main__":
+    main()
