@@ -77,7 +77,13 @@ V @ Φ̃ of matrices are kept by V as the vectors' were (``PRODUCTS_MB``), so th
 re-hold's cold start, the same column as the first hold's, takes no pass. The
 same α, μ and evidence bit for bit: sinc N = 5000 70 -> 68 passes, sinc20
 100 -> 97, sinc N = 20 000 (cache 0) 76 -> 74 (471 and 509 s at load 20-26:
-no time can be read from these).
+no time can be read from these). Six alternated runs of ``--n 5000
+--scale-n`` each, before and after (22:46-23:04 UTC, load 4-19): the backend
+on one worker 3.9-10.1 s before, 4.2-5.3 s after, on two 2.5-7.9 s before,
+4.5-7.2 s after (medians 5.6 -> 4.9 s and 5.2 -> 5.6 s), the reference
+2.2-6.9 s: noise far above the two passes' worth (3%); the client's added
+work, hashing and copying a kept product, is 2.7 ms per 32-row product at
+N = 5000 and 23 ms at N = 50 000.
 
 Not done, and why (for the next attempt at the near-span passes, the bulk):
 any formula for uᵀΦ̃ from products formed earlier (the Gram row of φ_j, the
