@@ -81,11 +81,13 @@ columns would have missed 27% of them, of 11 000 17%. So now:
   vector (``tasks.linear_chunk``), one pass over its stored entries instead of
   |B| kernel columns: 79.9 -> 7.9 ms CPU per 4096-row chunk at 1500 moved
   columns (13.0 -> 4.7 ms at 100), equal to 2e-12. N = 20 000, ``--kernel
-  linear`` (load 19-28): backend 330.3 s against the reference's 70.9 s in the
-  same run (ratio 4.66; 11.4-12.2 before, quiet), the same 252 outer iterations,
-  13 022 SVs, KKT 5.1e-4, 3 support differences from the reference; the rounds
-  are now scheduling (114 s for 252 rounds under that load) and the client's
-  subproblems 179 s (K_U by scipy's product, ~0.12 s CPU per iteration) lead.
+  linear``, before and after back to back (load 4-5): backend 288.4 -> 70.4 s
+  (reference 14.9 and 13.6 s: ratio 19.3 -> 5.2), gradient updates 222.4 ->
+  26.5 s, full gradient 10.4 -> 0.4 s; the same 252 outer iterations, 13 022
+  SVs, KKT 5.1e-4, 3 support differences from the reference. (Under load
+  19-28: 330.3 s, ratio 4.66.) Now the client's subproblems lead (35.5 s,
+  ~0.14 s per iteration, K_U by scipy's product ~0.05 s of it) and the rounds
+  are scheduling (~0.1 s each for ~8 ms of work per chunk).
 - **Other kernels: kernel columns kept on the workers**
   (``svm.columns``, ``COLUMN_CACHE_BYTES`` = 1 GiB per worker, least recently
   used out; the reference keeps up to 4 GiB of rows). A column's digits depend
@@ -96,10 +98,16 @@ columns would have missed 27% of them, of 11 000 17%. So now:
   Replaying the fit's 50 moved sets on one chunk: 4.17 -> 2.00 s CPU (0.48);
   a fresh column costs 16-20 ns per entry against 13-15 before (the per-fit
   frequent set, the columns' transposed copy ~2.7 ns), a kept one ~1.5. Side
-  by side, before and after at once (load 20-28): backend 537.3 -> 374.9 s,
-  gradient updates 341.1 -> 183.0 s, the same 50 outer iterations, 14 146 SVs,
-  KKT 5.1e-4, 2 support differences from the reference and all held-out
-  predictions equal; workers' memory growth 218/184 -> 1246/1254 MB.
+  by side, before and after at once: backend 537.3 -> 374.9 s (load 20-28)
+  and 166.4 -> 95.8 s (load 4-9), gradient updates 341.1 -> 183.0 and 98.4 ->
+  41.0 s; back to back (load 4.5): 71.0 -> 43.0 s (reference 9.8 and 11.4 s:
+  ratio 7.3 -> 3.8), gradient updates 44.2 -> 20.6 s. Each time the same 50
+  outer iterations, 14 146 SVs, KKT 5.1e-4, 2 support differences from the
+  reference and all held-out predictions equal; workers' memory growth
+  216/181 -> 1229/1254 MB. Tried: the dense products written in Fortran order
+  (no transposed copy) give other digits in other company (90 000 of 4·10⁶
+  entries differ), so the copy stays; the same split for the client's K_U is
+  slower than scipy's product there (0.095 against 0.051 s CPU at q = 2048).
 
 Data: word-like columns, column j drawn with probability ∝ 1/(j + 1) (a Zipf
 law, so frequent columns are shared by many rows), duplicates summed, values
