@@ -29,6 +29,7 @@ import collections
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import pathlib
 import shutil
@@ -71,6 +72,8 @@ CHECKPOINT_FILE = "checkpoint.json"  # <name>.checkpoint.json
 #: Rows of data a worker keeps in memory between tasks, in bytes. Chunks are
 #: re-read from the store beyond it, so a worker's memory does not grow with N.
 CHUNK_CACHE_BYTES = 256 * 2**20
+
+logger = logging.getLogger(__name__)
 
 #: Rows hashed at a time when fingerprinting data that is not in memory.
 FINGERPRINT_ROWS = 65536
@@ -534,13 +537,27 @@ def _is_damaged_fit_store(path):
         )
 
 
+#: The identity's entries that say what kind of fit a store holds.
+KIND_KEYS = ("estimator", "purpose")
+
+
 def _mismatch(path, existing, wanted):
-    """How the complete store `existing` differs from the fit `wanted`, or ""."""
+    """How the complete store `existing` differs from the fit `wanted`, or "":
+    another kind of fit (its estimator), other data (naming the arrays that
+    differ and how), or other parameters (each one, stored and given)."""
+    where = f"the fit store {str(path)!r}"
     if existing.get("format_version") != wanted["format_version"]:
         return (
-            f"the fit store {str(path)!r} has format version "
-            f"{existing.get('format_version')}, this library writes "
-            f"{wanted['format_version']}"
+            f"{where} has format version {existing.get('format_version')}, this "
+            f"library writes {wanted['format_version']}"
+        )
+    old, new = existing["identity"], wanted["identity"]
+    kinds = [k for k in KIND_KEYS if old.get(k) != new.get(k)]
+    if kinds:
+        return (
+            f"{where} holds a fit of another kind: it was made by "
+            f"{_kind(old)}, this fit is {_kind(new)} (a store serves the fits of "
+            "one estimator)"
         )
     names = sorted(set(existing["data"]) | set(wanted["data"]))
     differ = [k for k in names if existing["data"].get(k) != wanted["data"].get(k)]
@@ -548,29 +565,71 @@ def _mismatch(path, existing, wanted):
         differ.append("chunk_size")
     if differ:
         return (
-            f"the fit store {str(path)!r} holds other data than this fit (it differs "
-            f"in {differ}): stored {_summary(existing)}, given {_summary(wanted)}"
+            f"{where} holds other data than this fit (it differs in {differ}): "
+            + "; ".join(_data_change(k, existing, wanted) for k in differ)
         )
-    if existing["identity"] != wanted["identity"]:
-        keys = sorted(
-            k
-            for k in set(existing["identity"]) | set(wanted["identity"])
-            if existing["identity"].get(k) != wanted["identity"].get(k)
-        )
-        return (
-            f"the fit store {str(path)!r} holds another fit: it differs in {keys} "
-            f"(stored {[existing['identity'].get(k) for k in keys]}, given "
-            f"{[wanted['identity'].get(k) for k in keys]})"
+    changes = _changes(old, new)
+    if changes:
+        keys = [key for key, _, _ in changes]
+        return f"{where} holds another fit: it differs in {keys}: " + "; ".join(
+            _change(*change) for change in changes
         )
     return ""
 
 
-def _summary(attrs):
-    X = attrs["data"]["X"]
-    digest = X.get("sha256", X.get("dask_token", ""))[:12]
+def _kind(identity):
+    named = [str(identity[k]) for k in KIND_KEYS if k in identity]
+    return " ".join(named) if named else "an unnamed fit"
+
+
+def _changes(old, new, prefix=""):
+    """[(name, stored, given)] of every entry that differs between two
+    identities, nested ones by a dotted name (an estimator's ``params`` by the
+    parameter's own name)."""
+    found = []
+    for key in sorted(set(old) | set(new), key=str):
+        a, b = old.get(key, "(none)"), new.get(key, "(none)")
+        if a == b:
+            continue
+        name = f"{prefix}{key}"
+        if isinstance(a, dict) and isinstance(b, dict):
+            inner = "" if name == "params" else f"{name}."
+            found += _changes(a, b, inner)
+        else:
+            found.append((name, a, b))
+    return found
+
+
+#: What the long entries of an identity stand for.
+_MEANING = {"problems": " (the targets, sample weights or per-point C of its problems)"}
+
+
+def _change(name, stored, given, limit=40):
+    """One entry of an identity, stored and given; a long one (the digests of an
+    SVM's problems, which follow from its parameters) by its name alone."""
+    a, b = (v if isinstance(v, str) else json.dumps(v) for v in (stored, given))
+    if max(len(a), len(b)) > limit:
+        return f"{name} differs{_MEANING.get(name, '')}"
+    return f"{name} stored {a}, given {b}"
+
+
+def _data_change(name, existing, wanted):
+    """How the data array `name` (or the chunk size) of a store and a fit differ."""
+    if name == "chunk_size":
+        stored, given = existing["chunk_size"], wanted["chunk_size"]
+        return f"chunk_size stored {stored}, given {given}"
     return (
-        f"X of shape {tuple(X['shape'])} ({digest}…), chunk_size={attrs['chunk_size']}"
+        f"{name} stored {_array_summary(existing['data'].get(name))}, given "
+        f"{_array_summary(wanted['data'].get(name))}"
     )
+
+
+def _array_summary(record):
+    """An array's fingerprint (``fingerprint``) as its shape and digest."""
+    if record is None:
+        return "(none)"
+    digest = record.get("sha256", record.get("dask_token", ""))[:12]
+    return f"shape {tuple(record['shape'])}, sha256 {digest}…"
 
 
 def _check_empty(path):
@@ -634,12 +693,15 @@ def _value(a):
 # -- progress ------------------------------------------------------------------
 @dataclass(frozen=True)
 class Record:
-    """What a fit reports after each outer iteration."""
+    """What a fit reports after each outer iteration. ``resumed_from``: the
+    iteration of the store's checkpoint this run resumed from, None for a run
+    from its start (``iteration`` counts on from it)."""
 
     iteration: int
     measure: float
     model_size: int
     elapsed: float
+    resumed_from: int | None = None
 
 
 class Progress:
@@ -664,6 +726,7 @@ class Progress:
         self.start = time.perf_counter()
         self.bar = None
         self.label, self.done, self.iteration = description, 0, 0
+        self.resumed_from = None
         stream = sys.stderr
         if progress is not False and getattr(stream, "isatty", lambda: False)():
             from tqdm.auto import tqdm
@@ -676,10 +739,19 @@ class Progress:
         """Start a new run on this bar, described as ``<label>: <description>``;
         the iterations of the runs before it stay counted."""
         self.done += self.iteration
-        self.iteration = 0
+        self.iteration, self.resumed_from = 0, None
         self.start = time.perf_counter()
         if self.bar is not None:
             self.bar.set_description_str(f"{self.label}: {description}", refresh=False)
+
+    def resume(self, iteration):
+        """This run resumed from a checkpoint at `iteration`: the records say so,
+        and the bar's description ends with ``(resumed at iteration k)``."""
+        self.resumed_from = self.iteration = int(iteration)
+        if self.bar is not None:
+            self.bar.set_description_str(
+                f"{self.bar.desc} (resumed at iteration {iteration})", refresh=False
+            )
 
     def update(self, iteration, measure, model_size):
         record = Record(
@@ -687,6 +759,7 @@ class Progress:
             float(measure),
             int(model_size),
             time.perf_counter() - self.start,
+            self.resumed_from,
         )
         self.iteration = record.iteration
         if self.bar is not None:
@@ -733,7 +806,11 @@ def run_loop(
     and left open). The state is checkpointed after the start, every
     `checkpoint_seconds` and at the end; an exception (an interrupt, a lost
     scheduler, a callback's own exception) checkpoints the last complete state
-    before it propagates. `name` names the checkpoint. Returns (state, iterations).
+    before it propagates. `name` names the checkpoint. A run that resumes says
+    so, quietly: its records' ``resumed_from``, the bar's description and an
+    INFO record of the logger ``backends.dask.runtime`` (no warning: resuming
+    is what a store is for).
+    Returns (state, iterations).
     """
     loaded = store.load_state(name) if resume else None
     if not resume:
@@ -754,6 +831,13 @@ def run_loop(
             store.save_state(state, iteration, name)
         else:
             state, iteration = loaded
+            bar.resume(iteration)
+            logger.info(
+                "%s: resumed from its checkpoint %r at iteration %d",
+                description,
+                name,
+                iteration,
+            )
         saved_at, saved_iteration = time.monotonic(), iteration
         try:
             while not fit.done(state) and (max_iter is None or iteration < max_iter):

@@ -1,0 +1,101 @@
+"""What the backend tells a user: a refused store says what really differs, a
+resumed fit says that it resumed, and ``address=`` that is no scheduler is
+refused within a timeout."""
+
+import logging
+
+import numpy as np
+import pytest
+
+pytest.importorskip("distributed")
+pytest.importorskip("zarr")
+
+from backends.dask import RVR, SVC  # noqa: E402
+from backends.dask.runtime import StoreMismatchError  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+def data(n=120, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 2))
+    return X, np.where(X[:, 0] + 0.3 * rng.normal(size=n) > 0, 1, -1)
+
+
+def refusal(make, X, y):
+    with pytest.raises(StoreMismatchError) as refused:
+        make().fit(X, y)
+    return refused.value.mismatch
+
+
+def test_a_store_of_another_estimator_names_both_estimators(client, tmp_path):
+    X, y = data()
+    options = dict(store=tmp_path / "s.zarr", address=client.scheduler.address)
+    SVC(gamma=0.5, chunk_size=50, progress=False, **options).fit(X, y)
+    mismatch = refusal(
+        lambda: RVR(gamma=0.5, chunk_size=50, progress=False, **options), X, y
+    )
+    assert "made by SVC, this fit is RVR" in mismatch
+    assert "labels" not in mismatch and "other data" not in mismatch
+
+
+def test_a_refit_with_another_C_names_C_with_both_values(client, tmp_path):
+    X, y = data()
+    options = dict(store=tmp_path / "s.zarr", address=client.scheduler.address)
+    SVC(gamma=0.5, C=1.0, chunk_size=50, progress=False, **options).fit(X, y)
+    mismatch = refusal(
+        lambda: SVC(gamma=0.5, C=2.5, chunk_size=50, progress=False, **options), X, y
+    )
+    assert "C stored 1.0, given 2.5" in mismatch
+    # the other parameters are not listed: only what differs
+    assert "gamma" not in mismatch and "tol" not in mismatch
+
+
+def test_other_targets_are_named_without_an_unchanged_X(client, tmp_path):
+    X, y = data()
+    options = dict(store=tmp_path / "s.zarr", address=client.scheduler.address)
+    RVR(gamma=0.5, chunk_size=50, progress=False, **options).fit(X, y)
+    mismatch = refusal(
+        lambda: RVR(gamma=0.5, chunk_size=50, progress=False, **options), X, -y
+    )
+    assert "differs in ['labels']" in mismatch and "labels stored shape" in mismatch
+    assert "X stored" not in mismatch
+    svc = dict(options, store=tmp_path / "svc.zarr")
+    SVC(gamma=0.5, chunk_size=50, progress=False, **svc).fit(X, y)
+    mismatch = refusal(
+        lambda: SVC(gamma=0.5, chunk_size=50, progress=False, **svc), X, -y
+    )
+    assert "problems differs (the targets" in mismatch
+
+
+class Interrupt(Exception):
+    pass
+
+
+def test_a_resumed_fit_says_it_resumed(client, tmp_path, caplog):
+    X, y = data(300, seed=3)
+    t = np.sinc(X[:, 0]) + 0.05 * y
+    options = dict(
+        gamma=0.5,
+        chunk_size=100,
+        store=tmp_path / "r.zarr",
+        address=client.scheduler.address,
+    )
+
+    def stop_at_3(record):
+        assert record.resumed_from is None  # a fit from its start
+        if record.iteration == 3:
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        RVR(progress=stop_at_3, **options).fit(X, t)
+    records = []
+    with caplog.at_level(logging.INFO, logger="backends.dask.runtime"):
+        RVR(progress=records.append, **options).fit(X, t)
+    said = [r.getMessage() for r in caplog.records if r.name == "backends.dask.runtime"]
+    assert any("resumed from its checkpoint" in m and "iteration 3" in m for m in said)
+    first = records[0]
+    assert first.resumed_from == 3 and first.iteration == 4
+    fresh = []
+    RVR(progress=fresh.append, **{**options, "store": None}).fit(X, t)
+    assert all(r.resumed_from is None for r in fresh)
