@@ -6,6 +6,7 @@ machine. Nothing starts at import; the embedded cluster starts on the first
 call that needs it and is reused for the rest of the process.
 """
 
+import asyncio
 import atexit
 import os
 import threading
@@ -14,18 +15,26 @@ import threading
 #: rest is left to the client process, which holds the data and the results.
 MEMORY_FRACTION = 0.8
 
+#: Seconds ``get_client(address)`` waits for the scheduler at an address to say
+#: who it is, and to connect (distributed's own default is 30 s, and a port that
+#: is no scheduler it waited on forever); set it, or give ``timeout=``.
+CONNECT_TIMEOUT = 10.0
+
 _lock = threading.Lock()
 _embedded = {}
 _by_address = {}
 
 
-def get_client(address=None):
+def get_client(address=None, timeout=None):
     """A ``distributed.Client`` to run the backend's tasks on.
 
     - ``address`` given: a client of the scheduler at that address. The active
-      client is returned if it is connected to that scheduler; otherwise a new
-      client is made (and kept for later calls), without replacing the active
-      one as the default — an explicit address is never silently ignored.
+      client is returned if it is connected to that scheduler; otherwise the
+      address is asked who it is (``check_scheduler``) and a new client is made
+      (and kept for later calls), all within `timeout` seconds (None:
+      ``CONNECT_TIMEOUT``), without replacing the active one as the default —
+      an explicit address is never silently ignored. Nothing answering, or
+      something that is no scheduler, is an ``OSError`` naming ``address=``.
     - else the active client (``distributed.get_client``), if there is one;
     - else an embedded ``LocalCluster`` with one single-threaded worker process
       per core and ``memory_limit`` = 80% of the machine's memory / workers,
@@ -37,14 +46,14 @@ def get_client(address=None):
     import distributed
 
     if address is not None:
-        return _client_at(address)
+        return _client_at(address, CONNECT_TIMEOUT if timeout is None else timeout)
     try:
         return distributed.get_client()
     except ValueError:
         return _embedded_client()
 
 
-def _client_at(address):
+def _client_at(address, timeout):
     import distributed
 
     if not isinstance(address, str) or not address:
@@ -61,15 +70,16 @@ def _client_at(address):
     with _lock:
         client = _by_address.get(address)
         if client is None or client.status != "running":
-            client = _connect(distributed, address)
+            client = _connect(distributed, address, timeout)
             _by_address[address] = client
         return client
 
 
-def _connect(distributed, address):
-    """A client of the scheduler at `address`; a malformed or unreachable one is
-    refused naming ``address=`` and the fix (distributed said only 'missing port
-    number in address' or 'Timed out trying to connect')."""
+def _connect(distributed, address, timeout):
+    """A client of the scheduler at `address`; a malformed or unreachable one, or
+    one that is no scheduler, is refused naming ``address=`` and the fix
+    (distributed said only 'missing port number in address', 'Timed out trying
+    to connect' after 30 s, or waited forever on a port that was no scheduler)."""
     from distributed.comm import registry
     from distributed.comm.addressing import get_address_host_port, parse_address
 
@@ -78,19 +88,97 @@ def _connect(distributed, address):
         registry.get_backend(scheme)
         if scheme in ("tcp", "tls"):
             get_address_host_port(address)
-        return distributed.Client(address, set_as_default=False)
     except ValueError as error:
         raise ValueError(
             f"address={address!r} is not a scheduler address ({error}); give it as "
             "'tcp://HOST:PORT', as `dask scheduler` prints it."
         ) from None
+    try:
+        check_scheduler(address, timeout)
+        return distributed.Client(address, set_as_default=False, timeout=timeout)
+    except NotASchedulerError as error:
+        raise NotASchedulerError(
+            f"address={address!r}: {error} Give the scheduler's address "
+            "(`dask scheduler` prints it, default port 8786), not its dashboard's "
+            "or a worker's.",
+            kind=error.kind,
+        ) from None
     except (OSError, TimeoutError) as error:
         raise OSError(
-            f"address={address!r}: no Dask scheduler answered there ({error}). Check "
-            "that the scheduler runs (`dask scheduler` prints its address) and that "
-            "the host and port are right and reachable from here; or leave address= "
-            "out to use the active distributed.Client or an embedded local cluster."
+            f"address={address!r}: no Dask scheduler answered there within "
+            f"{timeout:g} s ({_what(error)}). Check that the scheduler runs (`dask "
+            "scheduler` prints its address) and that the host and port are right "
+            "and reachable from here, or give get_client a longer timeout= (or "
+            "set backends.dask.cluster.CONNECT_TIMEOUT); or leave address= out to "
+            "use the active distributed.Client or an embedded local cluster."
         ) from None
+
+
+class NotASchedulerError(ConnectionError):
+    """Something answered at a scheduler's address, but it is no Dask scheduler:
+    ``kind`` is the Dask server it is ('Worker', 'Nanny'), or None for another
+    service."""
+
+    def __init__(self, message, kind=None):
+        super().__init__(message)
+        self.kind = kind
+
+
+def check_scheduler(address, timeout, security=None):
+    """Ask the server at `address` who it is, all within `timeout` seconds, and
+    return its identity (a dict) if it is a Dask scheduler.
+
+    Nothing answering in time raises ``TimeoutError`` or ``OSError`` (as
+    ``distributed.comm.connect`` does); an answer that is not a scheduler's
+    (a worker, a web server's bytes) ``NotASchedulerError``. The question runs
+    on an event loop of its own in a thread, so it works where one is running
+    (Jupyter). `security`: a ``distributed.Security`` for TLS. The command line
+    asks the same before it connects (``--scheduler``, ``--timeout``).
+    """
+    from distributed.comm import connect
+
+    options = {} if security is None else security.get_connection_args("client")
+
+    async def identity():
+        comm = await connect(address, timeout=timeout, **options)
+        try:
+            await comm.write({"op": "identity", "reply": True})
+            return await comm.read()
+        finally:
+            comm.abort()
+
+    outcome = {}
+
+    def ask():
+        try:
+            outcome["reply"] = asyncio.run(asyncio.wait_for(identity(), timeout))
+        except BaseException as error:  # noqa: BLE001 (handed to the caller)
+            outcome["error"] = error
+
+    thread = threading.Thread(target=ask, name="check_scheduler", daemon=True)
+    thread.start()
+    thread.join(timeout + 5.0)  # wait_for ends it by then
+    if thread.is_alive():
+        raise TimeoutError(f"no answer from {address} within {timeout:g} s")
+    error = outcome.get("error")
+    if isinstance(error, (OSError, asyncio.TimeoutError)):  # nothing answered
+        raise error
+    if error is not None:  # a foreign service's bytes (a frame length of EiB...)
+        raise NotASchedulerError(
+            f"it answered, but not as a Dask scheduler ({_what(error)[:200]})."
+        )
+    reply = outcome["reply"]
+    kind = reply.get("type") if isinstance(reply, dict) else None
+    if kind != "Scheduler":
+        raise NotASchedulerError(
+            f"it is a Dask {kind or 'service'}, not a scheduler.", kind=kind
+        )
+    return reply
+
+
+def _what(error):
+    """`error` as its type, and its text when it has one."""
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
 
 
 def machine_size():

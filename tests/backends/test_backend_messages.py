@@ -2,7 +2,9 @@
 resumed fit says that it resumed, and ``address=`` that is no scheduler is
 refused within a timeout."""
 
+import asyncio
 import logging
+import socket
 
 import numpy as np
 import pytest
@@ -11,6 +13,7 @@ pytest.importorskip("distributed")
 pytest.importorskip("zarr")
 
 from backends.dask import RVR, SVC  # noqa: E402
+from backends.dask.cluster import check_scheduler, get_client  # noqa: E402
 from backends.dask.runtime import StoreMismatchError  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -99,3 +102,46 @@ def test_a_resumed_fit_says_it_resumed(client, tmp_path, caplog):
     fresh = []
     RVR(progress=fresh.append, **{**options, "store": None}).fit(X, t)
     assert all(r.resumed_from is None for r in fresh)
+
+
+class Listener:
+    """A port that accepts connections and never answers (a server that is no
+    Dask scheduler)."""
+
+    def __init__(self):
+        self.socket = socket.socket()
+        self.socket.bind(("127.0.0.1", 0))
+        self.socket.listen(8)
+        self.address = "tcp://127.0.0.1:%d" % self.socket.getsockname()[1]
+
+    def close(self):
+        self.socket.close()
+
+
+def test_address_of_a_port_that_is_no_scheduler_is_refused_within_timeout():
+    listener = Listener()
+    try:
+        with pytest.raises(OSError, match=r"no Dask scheduler answered.*within 1 s"):
+            get_client(listener.address, timeout=1)
+
+        # the same from a running event loop (a Jupyter cell)
+        async def in_a_cell():
+            return get_client(listener.address, timeout=1)
+
+        with pytest.raises(OSError, match="address='tcp://127.0.0.1:"):
+            asyncio.run(in_a_cell())
+    finally:
+        listener.close()
+
+
+def test_address_of_a_worker_is_named_as_such(client):
+    worker = next(iter(client.scheduler_info()["workers"]))
+    with pytest.raises(OSError, match=r"it is a Dask Worker, not a scheduler"):
+        get_client(worker, timeout=5)
+
+
+def test_check_scheduler_gives_the_identity_within_a_running_loop(client):
+    async def in_a_cell():
+        return check_scheduler(client.scheduler.address, 5)
+
+    assert asyncio.run(in_a_cell())["type"] == "Scheduler"
