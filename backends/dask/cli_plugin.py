@@ -7,14 +7,23 @@ kernelref names no backend and imports none until one is asked for (the arrows
 point from backends to kernelref). A backend offers ``estimators()``, if it
 builds Gram stores ``GramStore``, and ``CLUSTER = True`` when its fits run on a
 Dask cluster (the command line then connects to ``--scheduler`` and reads Zarr
-input lazily).
+input lazily); ``check_scheduler`` asks a ``--scheduler`` who it is within
+``--timeout`` before the command line connects (``NotASchedulerError``: it is
+not a scheduler).
 """
 
 import backends.dask as package
+from backends.dask.cluster import NotASchedulerError, check_scheduler
 from backends.dask.gram_store import GramStore
 from kernelref.base import BaseEstimator
 
-__all__ = ["CLUSTER", "GramStore", "estimators"]
+__all__ = [
+    "CLUSTER",
+    "GramStore",
+    "NotASchedulerError",
+    "check_scheduler",
+    "estimators",
+]
 
 #: the fits run on a Dask cluster: ``--scheduler`` applies, Zarr input stays lazy
 CLUSTER = True

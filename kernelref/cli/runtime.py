@@ -71,7 +71,7 @@ def connect(args):
     # accepts the connection but is no scheduler (a web server, a proxy) made it
     # wait forever or read a garbage frame length (MemoryError); so the scheduler
     # is asked who it is first, within --timeout
-    _probe(distributed, address, security, args.timeout, where)
+    _probe(address, security, args.timeout, where)
     try:
         return distributed.Client(
             address,
@@ -143,41 +143,38 @@ def _check_address(address, option):
         ) from None
 
 
-def _probe(distributed, address, security, timeout, where):
+def _probe(address, security, timeout, where):
     """Ask the scheduler at `address` for its identity, all within `timeout`
-    seconds; a ClusterError when nothing answers, or something that is not a
-    Dask scheduler (a worker, another service)."""
-    import asyncio
-
-    from distributed.comm import connect
-
-    options = {} if security is None else security.get_connection_args("client")
-
-    async def identity():
-        comm = await connect(address, timeout=timeout, **options)
-        try:
-            await comm.write({"op": "identity", "reply": True})
-            return await comm.read()
-        finally:
-            comm.abort()
-
+    seconds, by the check of the backend that runs on a cluster (the Dask
+    backend's ``check_scheduler``, which its ``get_client(address=)`` runs too;
+    found through its plugin: kernelref imports no backend); a ClusterError when
+    nothing answers, or something that is not a Dask scheduler (a worker,
+    another service)."""
+    backend = _cluster_backend()
     try:
-        reply = asyncio.run(asyncio.wait_for(identity(), timeout))
-    except (OSError, TimeoutError, asyncio.TimeoutError) as error:
+        backend.check_scheduler(address, timeout, security)
+    except OSError as error:
+        if isinstance(error, backend.NotASchedulerError):
+            raise ClusterError(
+                f"{where}: {error} Check the port: give the scheduler's address "
+                "(`dask scheduler` prints it, default port 8786), not its "
+                "dashboard's or a worker's."
+            ) from None
         raise ClusterError(_unreachable(where, timeout, error)) from None
-    except Exception as error:  # noqa: BLE001 (a foreign service's bytes)
-        raise ClusterError(
-            f"{where} answered, but not as a Dask scheduler ({_what(error)[:200]}). "
-            "Check the port: give the scheduler's address "
-            "(`dask scheduler` prints it, default port 8786), not its dashboard's or "
-            "a worker's."
-        ) from None
-    kind = reply.get("type") if isinstance(reply, dict) else None
-    if kind != "Scheduler":
-        raise ClusterError(
-            f"{where} is a Dask {kind or 'service'}, not a scheduler; give the "
-            "scheduler's address (`dask scheduler` prints it, default port 8786)."
-        )
+
+
+def _cluster_backend():
+    """The registered backend's plugin that offers ``check_scheduler``."""
+    from kernelref.cli import plugins
+
+    for name in plugins.names():
+        if name != plugins.REFERENCE:
+            plugin = plugins.load(name)
+            if hasattr(plugin, "check_scheduler"):
+                return plugin
+    raise UsageError(
+        "connecting to a cluster needs the dask backend: pip install 'kernelref[dask]'."
+    )
 
 
 def show_progress(args):
