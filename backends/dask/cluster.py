@@ -17,7 +17,8 @@ MEMORY_FRACTION = 0.8
 
 #: Seconds ``get_client(address)`` waits for the scheduler at an address to say
 #: who it is, and to connect (distributed's own default is 30 s, and a port that
-#: is no scheduler it waited on forever); set it, or give ``timeout=``.
+#: is no scheduler it waited on forever); set it, or give ``timeout=``. Dask's
+#: ``distributed.comm.timeouts.connect``, where set lower, is honoured.
 CONNECT_TIMEOUT = 10.0
 
 _lock = threading.Lock()
@@ -32,9 +33,10 @@ def get_client(address=None, timeout=None):
       client is returned if it is connected to that scheduler; otherwise the
       address is asked who it is (``check_scheduler``) and a new client is made
       (and kept for later calls), all within `timeout` seconds (None:
-      ``CONNECT_TIMEOUT``), without replacing the active one as the default —
-      an explicit address is never silently ignored. Nothing answering, or
-      something that is no scheduler, is an ``OSError`` naming ``address=``.
+      ``CONNECT_TIMEOUT``, or Dask's connect timeout if lower), without
+      replacing the active one as the default — an explicit address is never
+      silently ignored. Nothing answering, or something that is no scheduler,
+      is an ``OSError`` naming ``address=``.
     - else the active client (``distributed.get_client``), if there is one;
     - else an embedded ``LocalCluster`` with one single-threaded worker process
       per core and ``memory_limit`` = 80% of the machine's memory / workers,
@@ -46,11 +48,25 @@ def get_client(address=None, timeout=None):
     import distributed
 
     if address is not None:
-        return _client_at(address, CONNECT_TIMEOUT if timeout is None else timeout)
+        return _client_at(address, _timeout(timeout))
     try:
         return distributed.get_client()
     except ValueError:
         return _embedded_client()
+
+
+def _timeout(timeout):
+    """`timeout` in seconds; None: ``CONNECT_TIMEOUT``, or Dask's
+    ``distributed.comm.timeouts.connect`` where that is lower."""
+    if timeout is not None:
+        return float(timeout)
+    import dask
+    from dask.utils import parse_timedelta
+
+    configured = dask.config.get("distributed.comm.timeouts.connect", None)
+    if configured is None:
+        return CONNECT_TIMEOUT
+    return min(CONNECT_TIMEOUT, parse_timedelta(configured, default="seconds"))
 
 
 def _client_at(address, timeout):

@@ -145,3 +145,17 @@ def test_check_scheduler_gives_the_identity_within_a_running_loop(client):
         return check_scheduler(client.scheduler.address, 5)
 
     assert asyncio.run(in_a_cell())["type"] == "Scheduler"
+
+
+def test_a_lower_dask_connect_timeout_is_honoured():
+    import dask
+
+    listener = Listener()
+    try:
+        with (
+            dask.config.set({"distributed.comm.timeouts.connect": "1s"}),
+            pytest.raises(OSError, match="within 1 s"),
+        ):
+            get_client(listener.address)
+    finally:
+        listener.close()
