@@ -3,8 +3,10 @@ resumed fit says that it resumed, and ``address=`` that is no scheduler is
 refused within a timeout."""
 
 import asyncio
+import io
 import logging
 import socket
+import sys
 
 import numpy as np
 import pytest
@@ -159,3 +161,31 @@ def test_a_lower_dask_connect_timeout_is_honoured():
             get_client(listener.address)
     finally:
         listener.close()
+
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_a_resumed_fit_says_so_on_its_progress_bar(client, tmp_path, monkeypatch):
+    X, y = data(300, seed=4)
+    t = np.sinc(X[:, 0]) + 0.05 * y
+    options = dict(
+        gamma=0.5,
+        chunk_size=100,
+        store=tmp_path / "r.zarr",
+        address=client.scheduler.address,
+    )
+
+    def stop_at_2(record):
+        if record.iteration == 2:
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        RVR(progress=stop_at_2, **options).fit(X, t)
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    RVR(progress=None, **options).fit(X, t)
+    monkeypatch.undo()
+    assert "(resumed at iteration 2)" in terminal.getvalue()
