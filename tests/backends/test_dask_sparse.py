@@ -575,3 +575,40 @@ def test_sparse_gp_classifier_equals_the_reference(n_classes, client):
     )
     np.testing.assert_allclose(ours.predict_proba(Xt), ref.predict_proba(Xt), atol=1e-7)
     np.testing.assert_array_equal(ours.predict(Xt), ref.predict(Xt))
+
+
+def _kept_columns():
+    return columns._cache.limit, columns._cache.size
+
+
+def test_kept_columns_stay_within_a_share_of_the_worker_memory():
+    """A worker keeps at most ``MEMORY_SHARE`` of its ``memory_limit`` in kernel
+    columns (not the 1 GiB of ``COLUMN_CACHE_BYTES`` on a 400 MiB worker, which
+    would pause it): after a sparse fit through the block decomposition, the
+    worker's cache limit is that share and its columns fit in it."""
+    import distributed
+
+    X, y = text_like(160, 20_000, 2e-3, seed=1)
+    limit = 400 * 2**20
+    with (
+        distributed.LocalCluster(
+            n_workers=1,
+            threads_per_worker=1,
+            processes=True,
+            memory_limit=limit,
+            dashboard_address=":0",
+        ) as cluster,
+        distributed.Client(cluster) as small,
+    ):
+        model = dask_svm.SVC(
+            C=10.0,
+            gamma=0.5,
+            progress=False,
+            address=cluster.scheduler_address,
+            **SPLIT,
+        ).fit(X, y)
+        assert model.fit_info_[0]["solver"] == "block decomposition"
+        ((kept_limit, size),) = small.run(_kept_columns).values()
+        budget = small.submit(columns.column_budget, pure=False).result()
+    assert budget == kept_limit == int(columns.MEMORY_SHARE * limit) < 2**30
+    assert 0 < size <= kept_limit

@@ -45,9 +45,15 @@ from backends.dask.blocks import (
 )
 from backends.dask.runtime import read_chunk
 
-#: Bytes of kernel columns a worker keeps (all chunks together). The
-#: reference keeps up to 4 GiB of Gram rows (``ROW_CACHE_BYTES``).
+#: Bytes of kernel columns a worker keeps (all chunks together), at most: a
+#: worker keeps no more than ``MEMORY_SHARE`` of its ``memory_limit``
+#: (`column_budget`). The reference keeps up to 4 GiB of Gram rows
+#: (``ROW_CACHE_BYTES``).
 COLUMN_CACHE_BYTES = 2**30
+#: The share of a worker's ``memory_limit`` its kept columns may take: the rest
+#: is for the tasks' own blocks, so that a worker of a few hundred MiB is not
+#: paused (or killed) by columns it merely keeps.
+MEMORY_SHARE = 0.25
 
 #: Rows of a dense product: fixed, so that an entry's sums do not depend on
 #: how many columns are computed with it.
@@ -189,6 +195,22 @@ class _ColumnCache:
 
 _cache = _ColumnCache(COLUMN_CACHE_BYTES)
 
+
+def column_budget():
+    """The bytes of columns this process may keep: ``COLUMN_CACHE_BYTES``, or
+    ``MEMORY_SHARE`` of the Dask worker's ``memory_limit`` if that is less (a
+    worker without a limit, or no worker: ``COLUMN_CACHE_BYTES``)."""
+    try:
+        from distributed import get_worker
+
+        limit = get_worker().memory_manager.memory_limit
+    except (ImportError, ValueError, AttributeError):
+        return COLUMN_CACHE_BYTES
+    if not limit:
+        return COLUMN_CACHE_BYTES
+    return min(COLUMN_CACHE_BYTES, int(MEMORY_SHARE * limit))
+
+
 #: Columns multiplied by their coefficients at once (a fixed partition of the
 #: moved samples, so the sums are the same with or without cached columns).
 PRODUCT_COLUMNS = 256
@@ -200,6 +222,7 @@ def cached_product_chunk(ref, i, kernel, frequent, Y, samples, coef):
     of samples kept from earlier rounds are reused, the others computed
     together (``kernel_columns``) and kept."""
     X = _cache.split(ref, i, frequent)
+    _cache.limit = min(_cache.limit, column_budget())
     fit = (ref.token, repr(kernel), hashlib.sha1(frequent.tobytes()).hexdigest())
     keys = [(fit, i, int(s)) for s in samples]
     found = [_cache.get(key) for key in keys]
