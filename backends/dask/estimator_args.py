@@ -16,7 +16,6 @@ import json
 import os
 
 import numpy as np
-import scipy.sparse
 
 from kernelref._validation import check_integer
 
@@ -27,45 +26,10 @@ __all__ = [
     "check_progress",
     "check_resume",
     "check_store",
-    "dense",
     "fit_identity",
     "kernel_identity",
     "refuse_precomputed",
 ]
-
-
-#: Sparse X whose dense form would exceed this many bytes is refused by the
-#: estimators that still store X densely (``dense``), instead of densified.
-DENSE_LIMIT_BYTES = 2**30
-
-#: The backend estimators that keep sparse X sparse (CSR in their stores).
-SPARSE_BACKENDS = (
-    "backends.dask.SVC, NuSVC, SVR, NuSVR, OneClassSVM, KernelPCA, "
-    "KernelRidge(solver='cholesky' or 'cg'), GaussianProcessClassifier or "
-    "GaussianProcessRegressor"
-)
-
-
-def dense(X, name="X"):
-    """The reference's validated X as a fit store of an estimator that stores X
-    densely takes it: a scipy.sparse matrix densified, else X. The fitted state
-    keeps the reference's X (sparse stays sparse). Sparse X whose dense form
-    would exceed ``DENSE_LIMIT_BYTES`` is refused, naming `name` and the fix
-    (the SVMs keep sparse X sparse: ``backends.dask.sparse_rows``)."""
-    if not scipy.sparse.issparse(X):
-        return X
-    n, d = X.shape
-    if 8 * n * d > DENSE_LIMIT_BYTES:
-        raise ValueError(
-            f"{name} is a scipy.sparse matrix of shape ({n}, {d}) with {X.nnz} "
-            f"stored entries; its dense form would take {8 * n * d / 2**30:.3g} GiB, "
-            f"more than the {DENSE_LIMIT_BYTES / 2**30:g} GiB this backend "
-            "estimator densifies sparse input to (it stores X densely). Fit "
-            f"{SPARSE_BACKENDS}, which keep sparse X sparse, or the reference "
-            "estimator of kernelref, which computes kernel rows from sparse "
-            f"products; or reduce {name}'s columns."
-        )
-    return X.toarray()
 
 
 #: Arguments that change how a fit runs, never what it computes: a store is
