@@ -42,8 +42,8 @@ weights it started and ended with, from a driver that records them):
   additions' copies of U (NK x m) and Psi (m x P). N = 400: the same pattern at
   48 -> 111 weights (2.4 s in all).
 - N = 1200 (a run of the code before the bound, started at 21:45 under load
-  7-27): not finished after more than 12 CPU minutes; earlier quiet runs took
-  247 s.
+  5-27): not finished after 27 CPU minutes, when it was stopped; a quieter run
+  of the last session took 247 s.
 
 Change: each Gaussian approximation may end with at most twice the weights it
 started with, at least 400 (``kernelref.rvm.softmax_design.GROWTH_FACTOR``,
@@ -52,9 +52,12 @@ new mode, goes on from there. CPU seconds, the same machine and hour:
 
     N     before: L / cpu / appr / loop       after: L / cpu / appr / loop
     400   -61.10 / 3.1 / 77 / 1485            -61.10 / 2.5 / 77 / 1485 (not reached)
-    700   -83.87 / 73.0 / 47 / 5626           -83.72 / 14.8-16.1 / 43 / 2731
+    700   -83.87 / 73.0, 76.6 / 47 / 5626     -83.72 / 14.8-18.2 / 43 / 2731
+    1200  (not finished, see above)           -110.39 / 45.8 / 76 / 3432
 
-(At N = 700 the largest model an approximation ends with is now 400.) The 12
+(N = 700: two before/after pairs run back to back, 4.2-4.5x; the largest model an
+approximation ends with is now 400. N = 1200, the benchmark's run: loops 39.0 s,
+modes 6.0 s; 38 of the 76 approximations end above 100 weights.) The 12
 softmax rows of ``bench_rvc`` (iris, wine; P < 400) take the same paths: the
 same approximations, loop iterations and evidence on every row; its other rows
 do not use the structured design.
@@ -73,11 +76,25 @@ points or random ones, log evidence against the unbounded path's):
   better maxima than growth a few weights at a time, so the bound is set where
   it cuts the cost of the largest excursions only.
 
-Not done: N = 1200 still takes about a minute of CPU (53 s, 76 approximations,
-evidence -110.39, in a run before the final commit): the approximations' fixed
+Not done: N = 1200 still takes 46 s of CPU: the approximations' fixed
 cost at m ~ 100 (the warm start's coordinates, one product with Phi of
 O(NMK m)) and, on that row, paths cycling between two models for the 20
-approximations ``STALL_PATIENCE`` allows. One-vs-rest stays about 10x faster.
+approximations ``STALL_PATIENCE`` allows. One-vs-rest is 4-12x faster at N = 400
+and 700 but not at N = 1200, where it took 602 s of CPU (521 approximations,
+12 601 loop iterations over its ten classes; not examined here: the binary path).
+
+The benchmark's run after the change (24a0db0, 22:55-23:24 UTC, load 5-27):
+
+      N method         wall/s    cpu/s         L    err     w  RVs  appr   loop  peak
+    400 softmax          6.43     2.49    -61.10  0.208    28   27    77   1485   202
+    400 ovr              1.19     0.59   -119.91  0.183    59   49   460   2397
+    400 reestimate     229.55   133.78    -61.91  0.193    33   32  3468      0
+    700 softmax         22.51    14.82    -83.72  0.102    38   37    43   2731   400
+    700 ovr              4.25     1.24   -177.20  0.106    82   71   502   3254
+   1200 softmax         95.39    45.76   -110.39  0.106    50   49    76   3432   400
+   1200 ovr           1124.14   601.96   -252.17  0.107   117  103   521  12601
+
+(one-vs-rest's L is the sum of ten binary models' evidences, not comparable).
 """
 
 import argparse
