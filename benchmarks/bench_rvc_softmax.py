@@ -81,7 +81,38 @@ cost at m ~ 100 (the warm start's coordinates, one product with Phi of
 O(NMK m)) and, on that row, paths cycling between two models for the 20
 approximations ``STALL_PATIENCE`` allows. One-vs-rest is 4-12x faster at N = 400
 and 700 but not at N = 1200, where it took 602 s of CPU (521 approximations,
-12 601 loop iterations over its ten classes; not examined here: the binary path).
+12 601 loop iterations over its ten classes).
+
+One-vs-rest at N = 1200 (diagnosed 23:30-23:45 UTC, shared machine; each class
+fitted alone as a binary ``RVC()`` on the same Φ, CPU seconds): nine classes
+take 0.2-0.7 s each (29-82 approximations, 244-834 loop iterations, largest
+model 16-42 weights, 4-20 kept, no warning); class 4 takes all the rest. Its
+empty path reaches, after 25 approximations, a mode of 11 weights with saturated
+probabilities (max |a| = 425, every point right); the Newton mode after the next
+approximation has 117 points confidently wrong (the class has ~120) (B down to
+4.6e-9, whitened residuals up to 1.5e4, exp overflows), and the approximation
+there (log evidence -1.2e8) adds basis functions with α ~ 1e-8 to 1e-15 until
+the model holds nearly every column: 11 -> ~1190 weights, over 2000 loop
+iterations with a fresh O(Pm^2) factorisation at each (drift: refresh interval
+1), 114 s of CPU for that one approximation alone before it was stopped. The
+mode at the big model prunes back to ~10 weights and the path cycles so until
+``STALL_PATIENCE``: the class took ~599 s, 78 α iterations (68 approximations,
+10 start re-estimations) and ~9000 loop iterations (the benchmark's totals less
+the other nine classes'), ending at 14 weights, L = -18.33. Change
+(``rvc_fast.growth_budget``): binary fits get the softmax's bound (2m, at least
+400; a design may still answer for itself, or None). Class 4 then cycles 11 ->
+400 -> 9 weights (0.4 s up, 2.5 s down) and ends as before: 19.6 s, 66
+approximations, 5770 loop iterations, 14 weights, L = -18.32, ConvergenceWarning
+(cycling) as before. The other nine classes never reach 400 weights: same paths.
+This benchmark's ovr row at N = 1200 after it (23:42 UTC): 21.2 s CPU (was 602),
+519 α iterations (521), 9365 loop iterations (12 601), L -252.17, error 0.107,
+117 weights, 103 RVs (all as before); the softmax row unchanged (-110.39, 76 /
+3432, 42.3 s). ``bench_rvc`` before and after: all 48 rows the same evidence,
+approximations and loop iterations (P <= 380 there: the bound of 400 never
+binds); 39 of 48 meet both. Not done: the cause, a Newton mode with the
+positives saturated wrong after an approximation at an all-right saturated mode
+(``next_mode`` from a wild μ), is left; the cycle it starts still costs class 4
+~20x the other classes.
 
 The benchmark's run after the change (24a0db0, 22:55-23:24 UTC, load 5-27):
 

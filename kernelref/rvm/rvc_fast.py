@@ -28,6 +28,7 @@ from kernelref.rvm.rvc_laplace import (
     log_posterior,
     reestimate_classifier,
 )
+from kernelref.rvm.softmax_design import GROWTH_FACTOR, GROWTH_MIN
 
 __all__ = [
     "ABANDON_AFTER",
@@ -56,6 +57,7 @@ __all__ = [
     "extrapolated",
     "fast_classifier",
     "fast_path",
+    "growth_budget",
     "nearly_dependent",
     "next_mode",
     "reestimated_start",
@@ -547,8 +549,9 @@ def fast_path(
     evidence = []
     best, since_best, n_loop_iter = None, 0, 0
     loop_tol, last_change, last_step = max(tol, LOOSE_TOL), np.inf, None
-    # a design may bound each approximation's model (the softmax's: growth_budget)
-    growth = getattr(Phi, "growth_budget", None)
+    # each approximation's model is bounded (`growth_budget`); a design may
+    # answer for itself (the softmax's KroneckerDesign), or None: no bound
+    growth = getattr(Phi, "growth_budget", growth_budget)
     for n_iter in range(1, max_iter + 1):
         step = approximation_step(
             Phi,
@@ -619,6 +622,17 @@ def fast_path(
     return best._replace(
         evidence=np.array(evidence), n_iter=n_iter, n_loop_iter=n_loop_iter
     )
+
+
+def growth_budget(m):
+    """The most weights a Gaussian approximation that starts with m may end with
+    (`fast_path` asks, where the design does not answer itself, as the softmax's
+    ``KroneckerDesign.growth_budget`` does, by the same rule):
+    ``softmax_design.GROWTH_FACTOR``·m, at least ``GROWTH_MIN``. An approximation
+    made at a mode with saturated probabilities (B ≈ 0 on a misclassified point,
+    a huge whitened target) can otherwise grow the model to nearly every column
+    before the next mode prunes it again."""
+    return max(GROWTH_FACTOR * m, GROWTH_MIN)
 
 
 def extrapolated(Phi, t, likelihood, alpha, mode, step, last_step):

@@ -26,9 +26,9 @@ classes), against K separate N × M designs for one-vs-rest, and a Newton step
 factorises an MK × MK matrix. The fast algorithm runs on both designs without
 forming them (``kernelref.rvm.softmax_design``: its products are sums over the N
 points); re-estimation, which starts from every weight, forms them. For many
-classes one-vs-rest is often still the cheaper choice, not always (digits, 10
-classes: 4-12x faster at N = 400 and 700, 13x slower at N = 1200;
-``benchmarks/bench_rvc_softmax``).
+classes one-vs-rest is still the cheaper choice (digits, 10 classes: 4-12x
+faster at N = 400 and 700, 2x at N = 1200, where one class's path needs
+``rvc_fast.growth_budget``; ``benchmarks/bench_rvc_softmax``).
 """
 
 import numpy as np

@@ -783,3 +783,37 @@ def test_clone_and_grid_search_work():
     search = GridSearchCV(RVC(), {"gamma": [0.5, 2.0, 8.0]}, cv=3).fit(X, y)
     assert search.best_params_["gamma"] in (0.5, 2.0, 8.0)
     assert search.best_estimator_.score(X, y) > 0.8
+
+
+def test_binary_fast_path_bounds_each_approximation_by_growth_budget(monkeypatch):
+    """A design without its own ``growth_budget`` (an array: every binary and
+    one-vs-rest fit) gets `rvc_fast.growth_budget`'s: no approximation ends above
+    the bound of its start (a small bound here, so that it binds: without it the
+    path passes it)."""
+    import kernelref.rvm.rvc_fast as rvc_fast
+    from kernelref.rvm.softmax_design import GROWTH_FACTOR, GROWTH_MIN
+
+    assert rvc_fast.growth_budget(0) == GROWTH_MIN
+    assert rvc_fast.growth_budget(GROWTH_MIN) == GROWTH_FACTOR * GROWTH_MIN
+    X, y = ripley_like(3, 150)
+    Phi = design_matrix(RBF(2.0), X, X, bias=True)
+
+    def sizes(bound):
+        monkeypatch.setattr(rvc_fast, "growth_budget", bound)
+        ends = []
+
+        def drive(loop, name):
+            result = run_to_end(loop, name)
+            start = 0 if loop.alpha0 is None else int(np.isfinite(loop.alpha0).sum())
+            if "swap-" not in name:  # the swap pass screens, at no bound
+                ends.append((start, len(result.active)))
+            return result
+
+        fast_classifier(Phi, y.astype(float), drive=drive)
+        return ends
+
+    def small(m):
+        return max(2 * m, 4)
+
+    assert all(end <= small(start) for start, end in sizes(small))
+    assert any(end > small(start) for start, end in sizes(None))
