@@ -281,19 +281,27 @@ def split_columns(X, code, F, R):
     """CSR X as (X_F, X_R): X_F dense (n × F) on the frequent columns, X_R CSR
     (n × R) on the other shared ones, renumbered as `code` (one per stored
     entry, ``column_codes``) says; X Yᵀ = X_F Y_Fᵀ + X_R Y_Rᵀ."""
-    n = X.shape[0]
-    row = np.repeat(np.arange(n), np.diff(X.indptr))
-
-    def csr(keep, indices, width):
-        indptr = np.zeros(n + 1, np.int64)
-        np.cumsum(np.bincount(row[keep], minlength=n), out=indptr[1:])
-        return scipy.sparse.csr_matrix(
-            (X.data[keep], indices[keep], indptr), shape=(n, width)
-        )
-
+    row = stored_rows(X)
     dense = (code >= 0) & (code < F)
     # toarray sums duplicate entries, as the sparse product does.
-    return csr(dense, code, F).toarray(), csr(code >= F, code - F, R)
+    X_F = kept_entries(X, row, dense, code, F).toarray()
+    return X_F, kept_entries(X, row, code >= F, code - F, R)
+
+
+def stored_rows(X):
+    """The row of each stored entry of CSR X."""
+    return np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
+
+
+def kept_entries(X, row, keep, indices, width):
+    """CSR X's stored entries where `keep`, in columns `indices` (one per
+    stored entry) of a matrix `width` wide; `row`: ``stored_rows(X)``."""
+    n = X.shape[0]
+    indptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(row[keep], minlength=n), out=indptr[1:])
+    return scipy.sparse.csr_matrix(
+        (X.data[keep], indices[keep], indptr), shape=(n, width)
+    )
 
 
 def add_sparse_product(G, X, Y_t):

@@ -511,16 +511,8 @@ class FastLoop:
         model, N = state.model, len(self.t)
         active = model.active
         if self.posterior:
-            post = coordinate_posterior(
-                model.Psi[:, active],
-                model.tau,
-                model.perp,
-                model.alpha[active],
-                model.beta,
-                N,
-            )
+            post, gamma = model_posterior(model, N)
             mu, Sigma, log_evidence = post.mu, post.Sigma, post.log_evidence
-            gamma = gamma_factors(model.alpha[active], Sigma.diagonal())
         else:
             mu = Sigma = gamma = None
             log_evidence = model.log_evidence  # exact when just factorised
@@ -553,7 +545,13 @@ def with_posterior(result, N):
     the β schedules compute them once, for the run they keep)."""
     if result.mu is not None:
         return result
-    model = result.model
+    post, gamma = model_posterior(result.model, N)
+    return result._replace(mu=post.mu, Sigma=post.Sigma, gamma=gamma)
+
+
+def model_posterior(model, N):
+    """The posterior (μ, Σ, log evidence; label ``rvm-evidence-split``) of the
+    `FastModel`'s active functions from its coordinates, and their γ."""
     active = model.active
     post = coordinate_posterior(
         model.Psi[:, active],
@@ -563,8 +561,7 @@ def with_posterior(result, N):
         model.beta,
         N,
     )
-    gamma = gamma_factors(model.alpha[active], post.Sigma.diagonal())
-    return result._replace(mu=post.mu, Sigma=post.Sigma, gamma=gamma)
+    return post, gamma_factors(model.alpha[active], post.Sigma.diagonal())
 
 
 def warm_alpha(run, P):

@@ -42,6 +42,8 @@ from backends.dask.blocks import (
     _positions,
     _sparse_norms,
     add_sparse_product,
+    kept_entries,
+    stored_rows,
 )
 from backends.dask.runtime import read_chunk
 
@@ -89,21 +91,12 @@ class SplitRows:
 
     def __init__(self, X, frequent):
         X = X.tocsr()
-        n = X.shape[0]
         code = _positions(frequent, X.indices, X.shape[1])
-        row = np.repeat(np.arange(n), np.diff(X.indptr))
-
-        def csr(keep, indices, width):
-            indptr = np.zeros(n + 1, np.int64)
-            np.cumsum(np.bincount(row[keep], minlength=n), out=indptr[1:])
-            return scipy.sparse.csr_matrix(
-                (X.data[keep], indices[keep], indptr), shape=(n, width)
-            )
-
+        row = stored_rows(X)
         dense = code >= 0
         # toarray sums duplicate entries, as the sparse product does.
-        self.F = csr(dense, code, len(frequent)).toarray()
-        self.rest = csr(~dense, X.indices, X.shape[1])
+        self.F = kept_entries(X, row, dense, code, len(frequent)).toarray()
+        self.rest = kept_entries(X, row, ~dense, X.indices, X.shape[1])
         self.norms = _sparse_norms(X)
         self.nbytes = self.F.nbytes + X.data.nbytes * 3
 
