@@ -9,7 +9,6 @@ kept weights, α to 1e-8 relative, the Laplace evidence to 1e-8 relative.
 
 import os
 import re
-import subprocess
 import sys
 import textwrap
 
@@ -20,6 +19,7 @@ distributed = pytest.importorskip("distributed")
 pytest.importorskip("zarr")
 
 from resilience import Interrupted, StopInRun, kill_a_worker  # noqa: E402
+from terminal import stderr_on_a_terminal as terminal_run  # noqa: E402
 
 from backends.dask import rvm as dask_rvm  # noqa: E402
 from backends.dask.runtime import FitStore  # noqa: E402
@@ -213,28 +213,9 @@ BAR_SCRIPT = textwrap.dedent("""
 def stderr_on_a_terminal(command):
     """Run `command` with stderr on a pseudo-terminal of 24 × 200; (stdout,
     what it wrote on the terminal)."""
-    import fcntl
-    import pty
-    import struct
-    import termios
-
-    leader, follower = pty.openpty()
-    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 200, 0, 0))
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=follower)
-    os.close(follower)
-    chunks = []
-    while True:
-        try:
-            data = os.read(leader, 4096)
-        except OSError:
-            break
-        if not data:
-            break
-        chunks.append(data)
-    out = process.communicate(timeout=300)[0].decode()
-    os.close(leader)
-    assert process.returncode == 0, out
-    return out, b"".join(chunks).decode(errors="replace")
+    out, terminal, status = terminal_run(command, columns=200)
+    assert status == 0, out
+    return out, terminal
 
 
 def final_lines(terminal):

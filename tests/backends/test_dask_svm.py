@@ -8,7 +8,6 @@ its gap of the optimum), the support sets agree but for a few points, and the
 backend's model passes the KKT certificate computed on the cluster.
 """
 
-import os
 import pathlib
 import subprocess
 import sys
@@ -22,6 +21,7 @@ da = pytest.importorskip("dask.array")
 zarr = pytest.importorskip("zarr")
 
 from resilience import Interrupted, kill_a_worker  # noqa: E402
+from terminal import stderr_on_a_terminal  # noqa: E402
 
 from backends.dask import svm as dask_svm  # noqa: E402
 from kernelref import svm as reference  # noqa: E402
@@ -357,28 +357,9 @@ def run_script(address, on_terminal):
         done = subprocess.run(command, capture_output=True, text=True, timeout=300)
         assert "done" in done.stdout, done.stderr
         return done.stderr
-    import fcntl
-    import pty
-    import struct
-    import termios
-
-    leader, follower = pty.openpty()
-    # A terminal of 24 rows and 100 columns (a fresh pseudo-terminal has 0 × 0).
-    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=follower)
-    os.close(follower)
-    chunks = []
-    while True:
-        try:
-            data = os.read(leader, 4096)
-        except OSError:
-            break
-        if not data:
-            break
-        chunks.append(data)
-    assert b"done" in process.communicate(timeout=300)[0]
-    os.close(leader)
-    return b"".join(chunks).decode(errors="replace")
+    out, terminal, _ = stderr_on_a_terminal(command, columns=100)
+    assert "done" in out
+    return terminal
 
 
 def test_progress_bar_on_a_terminal_not_in_a_pipe(client):
