@@ -14,6 +14,8 @@ import pytest
 pytest.importorskip("distributed")
 pytest.importorskip("zarr")
 
+from resilience import Interrupted  # noqa: E402
+
 from backends.dask import RVR, SVC  # noqa: E402
 from backends.dask.cluster import check_scheduler, get_client  # noqa: E402
 from backends.dask.runtime import StoreMismatchError  # noqa: E402
@@ -73,10 +75,6 @@ def test_other_targets_are_named_without_an_unchanged_X(client, tmp_path):
     assert "problems differs (the targets" in mismatch
 
 
-class Interrupt(Exception):
-    pass
-
-
 def test_a_resumed_fit_says_it_resumed(client, tmp_path, caplog):
     X, y = data(300, seed=3)
     t = np.sinc(X[:, 0]) + 0.05 * y
@@ -90,9 +88,9 @@ def test_a_resumed_fit_says_it_resumed(client, tmp_path, caplog):
     def stop_at_3(record):
         assert record.resumed_from is None  # a fit from its start
         if record.iteration == 3:
-            raise Interrupt
+            raise Interrupted
 
-    with pytest.raises(Interrupt):
+    with pytest.raises(Interrupted):
         RVR(progress=stop_at_3, **options).fit(X, t)
     records = []
     with caplog.at_level(logging.INFO, logger="backends.dask.runtime"):
@@ -180,9 +178,9 @@ def test_a_resumed_fit_says_so_on_its_progress_bar(client, tmp_path, monkeypatch
 
     def stop_at_2(record):
         if record.iteration == 2:
-            raise Interrupt
+            raise Interrupted
 
-    with pytest.raises(Interrupt):
+    with pytest.raises(Interrupted):
         RVR(progress=stop_at_2, **options).fit(X, t)
     terminal = Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)

@@ -10,6 +10,8 @@ import scipy.sparse
 
 pytest.importorskip("distributed")
 
+from resilience import Interrupted  # noqa: E402
+
 from backends.dask import KernelRidge, nystrom  # noqa: E402
 from kernelref.kernels import RBF  # noqa: E402
 from kernelref.ridge import KernelRidge as ReferenceKernelRidge  # noqa: E402
@@ -292,10 +294,6 @@ def test_cg_path_equals_exact_ridge_and_reports_progress(client, data, exact):
     assert records[-1].measure <= model.tol
 
 
-class Interrupt(Exception):
-    pass
-
-
 @pytest.mark.parametrize("solver", ["cg", "nystrom"])
 def test_interrupted_then_resumed_fit_gives_the_same_model(
     client, data, tmp_path, solver
@@ -307,10 +305,10 @@ def test_interrupted_then_resumed_fit_gives_the_same_model(
 
     def stop_at_three(record):
         if record.iteration == 3:
-            raise Interrupt
+            raise Interrupted
 
     store = tmp_path / "fit.zarr"
-    with pytest.raises(Interrupt):
+    with pytest.raises(Interrupted):
         fit(data, store=store, progress=stop_at_three, **kwargs)
     resumed_records = []
     resumed = fit(data, store=store, progress=resumed_records.append, **kwargs)

@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("distributed")
 
 # tests/backends is on sys.path (rootdir-less test dir)
+from resilience import Interrupted  # noqa: E402
 from test_dask_ridge import regression_data  # noqa: E402
 
 from backends.dask import cg  # noqa: E402
@@ -204,10 +205,6 @@ def test_factor_is_reused_for_the_same_weights_only(address, tmp_path):
     np.testing.assert_allclose(back.dual_coef_, first.dual_coef_, rtol=0, atol=1e-12)
 
 
-class Interrupt(Exception):
-    pass
-
-
 @pytest.mark.parametrize("name", ["cg", "nystrom"])
 def test_iterative_store_of_other_weights_is_not_resumed(address, tmp_path, name):
     """The weights are part of the fit store's data: an interrupted fit resumes
@@ -222,9 +219,9 @@ def test_iterative_store_of_other_weights_is_not_resumed(address, tmp_path, name
 
     def stop_at_three(record):
         if record.iteration == 3:
-            raise Interrupt
+            raise Interrupted
 
-    with pytest.raises(Interrupt):
+    with pytest.raises(Interrupted):
         backend(
             name, len(X), address, tmp_path, progress=stop_at_three, n_centres=20
         ).fit(X, y, sample_weight=w)

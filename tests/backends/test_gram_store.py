@@ -9,6 +9,8 @@ import pytest
 
 zarr = pytest.importorskip("zarr")
 
+from resilience import Interrupted  # noqa: E402
+
 from backends.dask.blocks import lower_blocks  # noqa: E402
 from backends.dask.gram_store import GramStore  # noqa: E402
 from kernelref.kernels import RBF, Polynomial  # noqa: E402
@@ -143,10 +145,6 @@ def test_overwrite_rebuilds_for_the_new_kernel(client, tmp_path, X):
     assert_blocks_match(store, kernel(X))
 
 
-class Interrupt(Exception):
-    """Stands for a KeyboardInterrupt of the process driving the build."""
-
-
 def test_interrupted_build_is_detected_and_resumed(client, tmp_path, X):
     kernel = RBF(gamma=0.3)
     # Many small blocks, so that most are still queued when the build stops.
@@ -154,9 +152,9 @@ def test_interrupted_build_is_detected_and_resumed(client, tmp_path, X):
     n_total = len(lower_blocks(-(-N // chunk)))
 
     def stop_at_first_block(done, total):
-        raise Interrupt
+        raise Interrupted
 
-    with pytest.raises(Interrupt):
+    with pytest.raises(Interrupted):
         GramStore.build(
             tmp_path / "gram", X, kernel, chunk_size=chunk, progress=stop_at_first_block
         )
