@@ -36,22 +36,23 @@ def log(args, text):
 def fit(args):
     cls = models.estimator_class(args.model, args.backend)
     _check_weight(cls, args)
-    params = models.parse_params(args.param, cls)
+    params = models.parse_params(args.param, cls, args.backend)
     _check_writable(args.out)
-    accepted = cls._param_names()
+    owner, own = _backend_part(cls, params)
+    accepted = owner._param_names()
     if args.store is not None:
         if "store" not in accepted:
             raise UsageError(
                 f"--store: {cls.__module__}.{cls.__name__} keeps no store; "
                 "drop --store or use --backend dask."
             )
-        params["store"] = args.store
-    elif "store" in accepted and params.get("store") is None:
+        own["store"] = args.store
+    elif "store" in accepted and own.get("store") is None:
         # a backend model may refer to arrays in its store (a GP's factor), so the
         # store must outlive this process: keep it beside the model file
-        params["store"] = args.out + ".store"
-        note(args, f"the backend's store is {params['store']} (choose with --store)")
-    if args.overwrite and params.get("store") is None:
+        own["store"] = args.out + ".store"
+        note(args, f"the backend's store is {own['store']} (choose with --store)")
+    if args.overwrite and own.get("store") is None:
         raise UsageError(
             f"--overwrite: {cls.__module__}.{cls.__name__} keeps no store; drop "
             "--overwrite."
@@ -59,12 +60,14 @@ def fit(args):
     cluster = plugins.on_cluster(args.backend)
     client = runtime.connect(args) if cluster else _refuse_cluster(args)
     try:
-        if "progress" in accepted and "progress" not in params:
-            params["progress"] = (
+        if "progress" in accepted and "progress" not in own:
+            own["progress"] = (
                 (False if args.quiet else None)
                 if not args.verbose
                 else runtime.progress_callback(runtime._NoBar(), args)
             )
+        if owner is not cls:
+            params["estimator"].set_params(**own)
         estimator = cls(**params)
         # sparse data files stay sparse for a model that takes scipy.sparse X
         X, y, w = data.read_weighted(
@@ -82,12 +85,12 @@ def fit(args):
         # a backend fit with a progress= parameter shows its own bar
         steps = 0 if "progress" in accepted else 1
         if args.overwrite:
-            _clear_store(params["store"])
+            _clear_store(own["store"])
         with (
             runtime.progress_bar(args, steps, f"fit {cls.__name__}") as bar,
-            _store_fix(params.get("store")),
-            _resume_note(args, params.get("store") if "resume" in accepted else None),
-            _param_fix(models.parse_params(args.param, cls)),
+            _store_fix(own.get("store")),
+            _resume_note(args, own.get("store") if "resume" in accepted else None),
+            _param_fix(models.parse_params(args.param, cls, args.backend)),
         ):
             weighted = {} if w is None else {"sample_weight": w}
             estimator.fit(X, **weighted) if y is None else estimator.fit(
@@ -111,6 +114,23 @@ def fit(args):
     return 0
 
 
+def _backend_part(cls, params):
+    """The class whose store and progress --store, --overwrite and the bar set,
+    and its arguments: `cls` and `params` themselves, or for a meta-estimator
+    wrapping a backend's estimator (PlattCalibrated of the Dask SVC, which gives
+    each of its fits a sub-directory of the store) the wrapped estimator's
+    class and its store and progress as given (put into it before the fit)."""
+    inner = params.get("estimator")
+    if "store" in cls._param_names() or not hasattr(inner, "get_params"):
+        return cls, params
+    given = inner.get_params(deep=False)
+    if "store" not in given:
+        return cls, params
+    return type(inner), {
+        k: given[k] for k in ("store", "progress") if given.get(k) is not None
+    }
+
+
 def _drop_progress(estimator):
     """--verbose's logger belongs to this run, not to the model, and a model file
     holds data only (saving a function fails): removed from the model and from
@@ -129,22 +149,31 @@ STORE_FORMATS = ("kernelref.fit_store", "kernelref.gram_store")
 
 def _clear_store(path):
     """--overwrite: remove the store at `path` (if any) when its zarr.json names
-    a kernelref store format; any other directory is never cleared."""
+    a kernelref store format, or when it is a directory of such stores only (a
+    calibration's, one per fit); any other directory is never cleared."""
     path = pathlib.Path(path)
     if not path.exists():
         return
-    try:
-        attributes = json.loads((path / "zarr.json").read_text())["attributes"]
-        kind = attributes.get("format")
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        kind = None
-    if kind not in STORE_FORMATS:
+    if not _is_store_tree(path):
         raise UsageError(
             f"--overwrite: {path} is not a kernelref store (a fit store or a Gram "
             "store), and only those are replaced; remove it yourself or give "
             "another --store."
         )
     shutil.rmtree(path)
+
+
+def _is_store_tree(path):
+    """A kernelref store, or a directory holding nothing but such trees."""
+    if not (path / "zarr.json").exists():
+        children = list(path.iterdir()) if path.is_dir() else []
+        return bool(children) and all(_is_store_tree(child) for child in children)
+    try:
+        attributes = json.loads((path / "zarr.json").read_text())["attributes"]
+        kind = attributes.get("format")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        kind = None
+    return kind in STORE_FORMATS
 
 
 @contextlib.contextmanager
@@ -308,7 +337,8 @@ def _predict(args):
                 f"{type(model).__name__} gives no probabilities; drop --proba. An "
                 "SVM gives them Platt-calibrated: kernelref fit PlattCalibrated "
                 '--param \'estimator={"estimator": "SVC", "params": {...}}\' '
-                "(--backend reference), or svm-train -b 1."
+                "--param random_state=0 (with --backend dask the SVMs of the "
+                "folds and the final fit train on the cluster), or svm-train -b 1."
             )
         result, names = model.predict_proba(X), [f"p({c})" for c in model.classes_]
     elif args.std:

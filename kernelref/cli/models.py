@@ -68,12 +68,20 @@ def estimator_class(name, backend="reference"):
     from kernelref.cli import plugins
 
     available = plugins.load(backend).estimators()  # a UsageError naming the fix
+    if name not in available and wraps_an_estimator(cls):
+        return cls  # runs here; its estimator= is the backend's (parse_params)
     if name not in available:
         raise UsageError(
             f"--backend {backend} has no {name} (it has {sorted(available)}); "
             f"use --backend {plugins.REFERENCE} for {name}."
         )
     return available[name]
+
+
+def wraps_an_estimator(cls):
+    """Whether `cls` is a meta-estimator (PlattCalibrated, OneVsRestClassifier):
+    its work is its ``estimator``'s, so on a backend it wraps the backend's."""
+    return "estimator" in cls._param_names()
 
 
 def takes_weights(cls):
@@ -92,12 +100,13 @@ def weighted_estimators(backend="reference"):
     return sorted(name for name, cls in found.items() if takes_weights(cls))
 
 
-def parse_params(pairs, cls):
+def parse_params(pairs, cls, backend="reference"):
     """``["C=10", "kernel=rbf"]`` as constructor arguments of `cls`.
 
     A value is read as JSON when it parses (numbers, true/false/null, lists,
     objects), else as a string; ``none`` means None. A JSON object with
-    ``class`` and ``params`` is a kernel spec (``Kernel.spec()``).
+    ``class`` and ``params`` is a kernel spec (``Kernel.spec()``), one with
+    ``estimator`` and ``params`` an estimator of `backend`.
     """
     valid = cls._param_names()
     params = {}
@@ -111,11 +120,11 @@ def parse_params(pairs, cls):
                 f"--param {name}: {cls.__name__} has no parameter {name!r}; its "
                 f"parameters are {valid}."
             )
-        params[name] = parse_value(text, f"--param {name}")
+        params[name] = parse_value(text, f"--param {name}", backend)
     return params
 
 
-def parse_value(text, where):
+def parse_value(text, where, backend="reference"):
     if text.lower() in ("none", "null"):
         return None
     try:
@@ -130,16 +139,20 @@ def parse_value(text, where):
         except (TypeError, ValueError) as error:
             raise UsageError(f"{where}: {error}") from None
     if isinstance(value, dict) and set(value) == {"estimator", "params"}:
-        return _estimator_from_spec(value, where)
+        return _estimator_from_spec(value, where, backend)
     if isinstance(value, dict):
         return {_key(k): v for k, v in value.items()}
     return value
 
 
-def _estimator_from_spec(spec, where):
+def _estimator_from_spec(spec, where, backend="reference"):
     """``{"estimator": "SVC", "params": {"C": 10}}``: the inner estimator of a
-    meta-estimator such as OneVsRestClassifier or PlattCalibrated."""
-    cls = estimator_class(str(spec["estimator"]))
+    meta-estimator such as OneVsRestClassifier or PlattCalibrated, `backend`'s
+    (``--backend dask``: the SVC trained on the cluster)."""
+    try:
+        cls = estimator_class(str(spec["estimator"]), backend)
+    except UsageError as error:
+        raise UsageError(f"{where}: {error}") from None
     text = [f"{name}={json.dumps(value)}" for name, value in spec["params"].items()]
     try:
         return cls(**parse_params(text, cls))

@@ -25,6 +25,7 @@ from kernelref.base import (
     restores_on_error,
     takes_sparse,
 )
+from kernelref.svm.platt import clone, fit_store
 
 __all__ = [
     "OneVsRestClassifier",
@@ -136,7 +137,12 @@ class OneVsRestClassifier(ClassifierMixin, BaseEstimator):
         positives = [1] if len(self.classes_) == 2 else range(len(self.classes_))
         self.estimators_ = []
         for c in positives:
-            model = type(self.estimator)(**self.estimator.get_params(deep=False))
+            # an estimator with a store= directory (a backend's) keeps each
+            # class's fit in store/class-c (platt.fit_store); one machine in store
+            if len(positives) > 1:
+                model = fit_store(self.estimator, f"class-{c}")
+            else:
+                model = clone(self.estimator)
             self.estimators_.append(model.fit(X, np.where(y_index == c, 1, -1)))
         return self
 

@@ -16,11 +16,15 @@ JMLR 5, their method 2 (label ``pairwise-coupling``), as in libsvm.
 
 ``PlattCalibrated`` wraps any classifier with ``fit`` and ``decision_function``;
 the sigmoids are fitted on cross-validated decision values, so that they see
-scores of points the classifier was not trained on.
+scores of points the classifier was not trained on. A wrapped estimator that keeps
+its fit's data and checkpoints in a directory (a ``store`` argument, as a
+backend's estimators do) gives each of its fits a sub-directory of that store
+(``fit_store``), so each fold and each final fit has its own.
 """
 
 import copy
 import numbers
+import os
 import warnings
 
 import numpy as np
@@ -45,6 +49,7 @@ __all__ = [
     "PlattCalibrated",
     "coupling_matrix",
     "cross_validated_decision",
+    "fit_store",
     "pairwise_coupling",
     "platt_objective",
     "platt_targets",
@@ -164,11 +169,17 @@ def pairwise_coupling(r):
 
 
 def clone(estimator):
-    """A new, unfitted estimator with the same constructor arguments."""
+    """A new, unfitted estimator with the same constructor arguments: estimators
+    among them cloned, other callables shared (a ``progress=`` callback sees
+    every fit, as the user gave it), the rest copied."""
     params = {}
     for name, value in estimator.get_params(deep=False).items():
-        is_estimator = hasattr(value, "get_params") and not isinstance(value, type)
-        params[name] = clone(value) if is_estimator else copy.deepcopy(value)
+        if hasattr(value, "get_params") and not isinstance(value, type):
+            params[name] = clone(value)
+        elif callable(value):
+            params[name] = value
+        else:
+            params[name] = copy.deepcopy(value)
     return type(estimator)(**params)
 
 
@@ -182,13 +193,40 @@ def stratified_folds(y_index, n_folds, rng):
     return folds
 
 
-def cross_validated_decision(estimator, X, y, n_folds, rng):
-    """Decision values of each sample from a clone fitted without its fold."""
+def fit_store(estimator, *where):
+    """A clone of `estimator` for one fit of a calibration, with a store of its own.
+
+    An estimator whose ``store`` argument names a directory (a backend's fit
+    store: the fit's data and checkpoints) would otherwise give the same
+    directory to every fold and refuse the second fold's data. The clone gets
+    the sub-directory ``store/where[0]/where[1]/…`` instead: a fold's store holds
+    that fold's data only, and a calibration fitted again into the same store
+    (after an interruption, say) resumes each fit from its own checkpoints.
+    ``where`` empty: the clone's store is unset (None: the estimator's temporary
+    store). Estimators without a ``store``, or with none set, are cloned as they
+    are.
+    """
+    model = clone(estimator)
+    store = model.get_params(deep=False).get("store")
+    if store is not None:
+        model.set_params(
+            store=os.path.join(os.fspath(store), *where) if where else None
+        )
+    return model
+
+
+def cross_validated_decision(estimator, X, y, n_folds, rng, where=None):
+    """Decision values of each sample from a clone fitted without its fold.
+
+    `where` (a sequence of directory names) names the folds' stores
+    ``where/fold-k`` within the estimator's ``store`` (``fit_store``); None gives
+    them temporary stores."""
     folds = stratified_folds(y, n_folds, rng)
     f = np.empty(len(y))
     for k in range(n_folds):
         held_out = folds == k
-        model = clone(estimator).fit(X[~held_out], y[~held_out])
+        named = () if where is None else (*where, f"fold-{k}")
+        model = fit_store(estimator, *named).fit(X[~held_out], y[~held_out])
         f[held_out] = model.decision_function(X[held_out])
     return f
 
@@ -207,6 +245,14 @@ class PlattCalibrated(ClassifierMixin, BaseEstimator):
     i.e. at f = −B/A, not at f = 0, and for K > 2 classes coupling weighs the pairs
     by their confidence while voting counts them. That is why this is a wrapper
     with its own ``predict`` rather than a flag of the solver.
+
+    An estimator with a ``store`` directory (``backends.dask``'s SVMs) keeps the
+    fits of pair (i, j) in ``store/pair-i-j/``: fold k's in ``fold-k``, the final
+    fit's in ``final``. Fitting again into the same store resumes each fit from
+    its checkpoints; a fold's store given other data (another ``cv`` or
+    ``random_state``) is refused by the estimator, never reused. With
+    ``random_state=None`` the folds differ at every fit, so their stores are
+    temporary and only the final fits are kept.
 
     Parameters
     ----------
@@ -281,9 +327,14 @@ class PlattCalibrated(ClassifierMixin, BaseEstimator):
         for i, j in self._pairs():
             on_pair = (y_index == i) | (y_index == j)
             X_pair, y_pair = X[on_pair], (y_index[on_pair] == j).astype(int)
-            f = cross_validated_decision(self.estimator, X_pair, y_pair, self.cv, rng)
+            pair = f"pair-{i}-{j}"
+            kept = None if self.random_state is None else (pair,)
+            f = cross_validated_decision(
+                self.estimator, X_pair, y_pair, self.cv, rng, kept
+            )
             sigmoids.append(sigmoid_train(f, y_pair)[:2])
-            self.estimators_.append(clone(self.estimator).fit(X_pair, y_pair))
+            final = fit_store(self.estimator, pair, "final")
+            self.estimators_.append(final.fit(X_pair, y_pair))
         self.sigmoids_ = np.array(sigmoids)
         record_n_features(self, X)
         return self

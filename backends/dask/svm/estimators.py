@@ -28,7 +28,14 @@ from backends.dask.estimator_args import (
     fit_identity,
     refuse_precomputed,
 )
-from backends.dask.runtime import FitStore, compute, gather, run_loop
+from backends.dask.runtime import (
+    FitStore,
+    Progress,
+    compute,
+    gather,
+    logger,
+    run_loop,
+)
 from backends.dask.sparse_rows import is_sparse
 from backends.dask.svm.decomposition import BlockDecomposition
 from backends.dask.svm.tasks import solve_part
@@ -151,7 +158,15 @@ class _DaskSVM:
         }
 
     def _solve_small(self, qps, which, store, client):
-        """Solve each QP of `which` whole, in one task each, all at once."""
+        """Solve each QP of `which` whole, in one task each, all at once.
+
+        One bar (or callback) counts the machines solved: a ``Record`` per
+        machine, its SMO's last violation m(α) − M(α) and its support vectors. A
+        machine whose solution the store holds is not solved again; a fit that
+        finds some says so as ``run_loop`` does (``Record.resumed_from``, the
+        bar's description, an INFO record of ``backends.dask.runtime``)."""
+        if not which:
+            return []
         results, futures = {}, {}
         for p in which:
             loaded = store.load_state(f"machine-{p}") if self.resume else None
@@ -169,19 +184,28 @@ class _DaskSVM:
                 self.tol,
                 pure=False,
             )
-        try:
-            for p, future in futures.items():
-                (s,) = gather(client, [future])
-                results[p] = {
-                    "alpha": s.alpha,
-                    "rho": s.rho,
-                    "r": s.r,
-                    "objective": s.objective,
-                    "n_iter": s.n_iter,
-                }
-                store.save_state(results[p], 0, f"machine-{p}")
-        finally:
-            client.cancel(list(futures.values()))
+        name = type(self).__name__
+        machines = "machine" if len(which) == 1 else "machines"
+        with Progress(
+            self.progress, f"{name}: {len(which)} {machines} solved whole", "gap", "SVs"
+        ) as bar:
+            if results:
+                self._say_resumed(bar, which, results)
+            try:
+                for p, future in futures.items():
+                    (s,) = gather(client, [future])
+                    results[p] = {
+                        "alpha": s.alpha,
+                        "rho": s.rho,
+                        "r": s.r,
+                        "objective": s.objective,
+                        "n_iter": s.n_iter,
+                        "gap": s.gap,
+                    }
+                    store.save_state(results[p], 0, f"machine-{p}")
+                    bar.update(len(results), s.gap, np.count_nonzero(s.alpha))
+            finally:
+                client.cancel(list(futures.values()))
         out = []
         for p in which:
             s = results[p]
@@ -201,6 +225,20 @@ class _DaskSVM:
                 )
             )
         return out
+
+    @staticmethod
+    def _say_resumed(bar, which, results):
+        """The machines of `which` found solved in the store: the bar's records
+        count on after them, and the log says which they are."""
+        bar.resume(len(results))
+        found = [f"machine-{p}" for p in which if p in results]
+        logger.info(
+            "%s: resumed from the checkpoints %s (%d of %d machines solved)",
+            bar.label,
+            ", ".join(repr(c) for c in found),
+            len(found),
+            len(which),
+        )
 
     def _solve_large(self, p, n_machines, qp, X, store, client):
         """Warm start, then block decomposition through the runtime."""

@@ -1,0 +1,242 @@
+"""Probabilities of SVMs trained on a Dask cluster: ``PlattCalibrated`` wrapping
+the backend's SVC and NuSVC equals ``PlattCalibrated`` of the reference's on the
+same folds, keeps one store per fit under the user's store, resumes an
+interrupted calibration, refuses a fold's store given other data, and saves.
+The backend's small QPs, solved whole on a worker, say when they resumed.
+
+The QPs here are on more than ``partition_size`` samples, so each fit goes
+through the warm start and the block decomposition on the cluster; the sigmoid
+fits and the coupling run on the client, as in the reference.
+"""
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("distributed")
+pytest.importorskip("zarr")
+
+from resilience import Interrupted, StopInRun  # noqa: E402
+
+from backends.dask import svm as dask_svm  # noqa: E402
+from backends.dask.runtime import StoreMismatchError  # noqa: E402
+from kernelref import io  # noqa: E402
+from kernelref import svm as reference  # noqa: E402
+from kernelref.cli import commands  # noqa: E402
+from kernelref.cli.models import UsageError  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+TOL = 1e-5
+# QPs on more than 40 samples go through the warm start and the decomposition
+BACKEND = dict(partition_size=40, working_set_size=64, chunk_size=32)
+PARAMS = {"SVC": dict(C=2.0, gamma=0.5), "NuSVC": dict(nu=0.4, gamma=0.5)}
+# Measured at tol = 1e-3 / 1e-5 / 1e-6 (n = 150, 210): the largest difference of
+# the probabilities was 1.1e-3 / 1.3e-5 / 1.9e-6, about the solvers' tolerance.
+PROBABILITY_ATOL = 5 * TOL
+
+
+def classification(n, n_classes=2, seed=1):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 4))
+    score = X[:, 0] * X[:, 1] + 0.5 * np.sin(2 * X[:, 2]) + 0.3 * rng.normal(size=n)
+    if n_classes == 2:
+        return X, np.where(score > 0, 1, 0)
+    edges = np.quantile(score, np.linspace(0, 1, n_classes + 1)[1:-1])
+    return X, np.digitize(score, edges)
+
+
+def backend(name, client, **options):
+    params = dict(PARAMS[name], tol=TOL)
+    return getattr(dask_svm, name)(
+        address=client.scheduler.address, **params, **{**BACKEND, **options}
+    )
+
+
+def calibrated(estimator, **options):
+    return reference.PlattCalibrated(estimator, cv=3, random_state=0, **options)
+
+
+@pytest.mark.parametrize(("name", "n_classes"), [("SVC", 2), ("SVC", 3), ("NuSVC", 2)])
+def test_probabilities_equal_the_reference(name, n_classes, client, tmp_path):
+    X, y = classification(150 if n_classes == 2 else 210, n_classes)
+    store = tmp_path / "calibration"
+    model = calibrated(backend(name, client, store=store, progress=False)).fit(X, y)
+    ref = calibrated(getattr(reference, name)(**dict(PARAMS[name], tol=TOL)))
+    ref.fit(X, y)
+    assert all(
+        m.fit_info_[0]["solver"] == "block decomposition" for m in model.estimators_
+    )
+    np.testing.assert_allclose(
+        model.predict_proba(X), ref.predict_proba(X), atol=PROBABILITY_ATOL
+    )
+    # one store per fit: store/pair-i-j/fold-k and store/pair-i-j/final
+    pairs = [f"pair-{i}-{j}" for i in range(n_classes) for j in range(i + 1, n_classes)]
+    assert sorted(p.name for p in store.iterdir()) == pairs
+    for pair in pairs:
+        fits = sorted(p.name for p in (store / pair).iterdir())
+        assert fits == ["final", "fold-0", "fold-1", "fold-2"]
+        assert all((store / pair / fit / "zarr.json").is_file() for fit in fits)
+    assert [m.store_ for m in model.estimators_] == [
+        str((store / pair / "final").resolve()) for pair in pairs
+    ]
+    # the model file holds the calibration; loaded, it predicts the same
+    io.save(model, tmp_path / "model.krm")
+    loaded = io.load(tmp_path / "model.krm")
+    assert type(loaded.estimators_[0]) is getattr(dask_svm, name)
+    np.testing.assert_array_equal(loaded.predict_proba(X), model.predict_proba(X))
+
+
+def test_an_interrupted_calibration_resumes_and_other_folds_are_refused(
+    client, tmp_path, caplog
+):
+    X, y = classification(150)
+    clean = calibrated(backend("SVC", client, progress=False)).fit(X, y)
+    store = tmp_path / "calibration"
+    stop = StopInRun(run=2, iteration=2)  # fold-1's second outer iteration
+    with pytest.raises(Interrupted):
+        calibrated(backend("SVC", client, store=store, progress=stop)).fit(X, y)
+    assert not (store / "pair-0-1" / "fold-2").exists()
+    records = []
+    with caplog.at_level(logging.INFO, logger="backends.dask.runtime"):
+        resumed = calibrated(
+            backend("SVC", client, store=store, progress=records.append)
+        )
+        resumed.fit(X, y)
+    said = [r.getMessage() for r in caplog.records if r.name == "backends.dask.runtime"]
+    # fold-0 was done and is read back; fold-1 goes on from its checkpoint
+    assert len([m for m in said if "resumed from its checkpoint" in m]) == 2
+    assert records[0].resumed_from == 2 and records[0].iteration == 3
+    np.testing.assert_allclose(
+        resumed.predict_proba(X), clean.predict_proba(X), atol=1e-12
+    )
+    np.testing.assert_allclose(resumed.sigmoids_, clean.sigmoids_, atol=1e-12)
+    # other folds (another seed) into the same store: refused, not reused
+    with pytest.raises(StoreMismatchError, match="holds other data") as refused:
+        reference.PlattCalibrated(
+            backend("SVC", client, store=store, progress=False), cv=3, random_state=1
+        ).fit(X, y)
+    assert str(store / "pair-0-1" / "fold-0") in str(refused.value)
+
+
+def test_random_folds_keep_only_the_final_fit(client, tmp_path):
+    X, y = classification(150)
+    store = tmp_path / "calibration"
+    svc = backend("SVC", client, store=store, progress=False, partition_size=4000)
+    reference.PlattCalibrated(svc, cv=3).fit(X, y)  # random_state=None
+    assert [p.name for p in store.iterdir()] == ["pair-0-1"]
+    assert [p.name for p in (store / "pair-0-1").iterdir()] == ["final"]
+
+
+def test_one_vs_rest_keeps_one_store_per_class(client, tmp_path):
+    X, y = classification(120, n_classes=3)
+    store = tmp_path / "ovr"
+    svc = backend("SVC", client, store=store, progress=False, partition_size=4000)
+    model = reference.OneVsRestClassifier(svc).fit(X, y)
+    ref = reference.OneVsRestClassifier(reference.SVC(**PARAMS["SVC"], tol=TOL))
+    np.testing.assert_allclose(
+        model.decision_function(X), ref.fit(X, y).decision_function(X), atol=1e-10
+    )
+    assert sorted(p.name for p in store.iterdir()) == ["class-0", "class-1", "class-2"]
+
+
+# -- the command line ----------------------------------------------------------------
+def kernelref(*args, cwd):
+    """The installed console script (this interpreter's), on this environment."""
+    command = shutil.which("kernelref", path=os.path.dirname(sys.executable))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [command, *map(str, args)], cwd=cwd, capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def test_the_command_line_calibrates_on_the_cluster(client, tmp_path):
+    X, y = classification(100)
+    np.savez(tmp_path / "two.npz", X=X, y=y)
+    spec = '{"estimator": "SVC", "params": {"C": 2.0, "gamma": 0.5, "tol": 1e-5}}'
+    address = client.scheduler.address
+    kernelref(
+        "fit", "PlattCalibrated", "--data", "two.npz", "--param", f"estimator={spec}",
+        "--param", "cv=3", "--param", "random_state=0", "--backend", "dask",
+        "--scheduler", address, "--out", "model.krm", "--quiet", cwd=tmp_path,
+    )  # fmt: skip
+    kept = tmp_path / "model.krm.store"  # the command line's store, beside the file
+    assert sorted(p.name for p in (kept / "pair-0-1").iterdir()) == [
+        "final", "fold-0", "fold-1", "fold-2"
+    ]  # fmt: skip
+    kernelref("predict", "model.krm", "--data", "two.npz", "--proba", "--out",
+              "p.npy", "--scheduler", address, cwd=tmp_path)  # fmt: skip
+    model = io.load(tmp_path / "model.krm")
+    assert type(model.estimators_[0]) is dask_svm.SVC
+    ref = calibrated(reference.SVC(C=2.0, gamma=0.5, tol=1e-5)).fit(X, y)
+    np.testing.assert_allclose(
+        np.load(tmp_path / "p.npy"), ref.predict_proba(X), atol=PROBABILITY_ATOL
+    )
+    # --overwrite replaces a directory of fit stores (a calibration's), nothing else
+    commands._clear_store(kept)
+    assert not kept.exists()
+    (tmp_path / "other" / "pair-0-1").mkdir(parents=True)
+    (tmp_path / "other" / "pair-0-1" / "notes.txt").write_text("mine")
+    with pytest.raises(UsageError, match="not a kernelref store"):
+        commands._clear_store(tmp_path / "other")
+
+
+# -- the small QPs, solved whole on a worker ----------------------------------------
+def small_svc(client, store, progress):
+    return dask_svm.SVC(
+        C=1.0,
+        gamma=0.5,
+        store=store,
+        progress=progress,
+        address=client.scheduler.address,
+    )
+
+
+class Terminal:
+    def __init__(self):
+        self.text = []
+
+    def write(self, text):
+        self.text.append(text)
+
+    def flush(self):
+        pass
+
+    def isatty(self):
+        return True
+
+
+def test_small_machines_say_they_resumed(client, tmp_path, caplog, monkeypatch):
+    X, y = classification(120, n_classes=3)  # three pairs, each solved whole
+    store = tmp_path / "svc.zarr"
+    seen = []
+
+    def stop_after_two(record):
+        seen.append(record)
+        if record.iteration == 2:
+            raise Interrupted
+
+    with pytest.raises(Interrupted):
+        small_svc(client, store, stop_after_two).fit(X, y)
+    assert [r.resumed_from for r in seen] == [None, None]
+    clean = small_svc(client, None, False).fit(X, y)
+    records = []
+    with caplog.at_level(logging.INFO, logger="backends.dask.runtime"):
+        resumed = small_svc(client, store, records.append).fit(X, y)
+    assert [(r.iteration, r.resumed_from) for r in records] == [(3, 2)]
+    assert records[0].measure < resumed.tol
+    said = [r.getMessage() for r in caplog.records if r.name == "backends.dask.runtime"]
+    assert any("'machine-0', 'machine-1'" in m and "2 of 3" in m for m in said), said
+    np.testing.assert_allclose(resumed.dual_coef_, clean.dual_coef_, atol=1e-12)
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    small_svc(client, store, None).fit(X, y)
+    monkeypatch.undo()
+    assert "(resumed at iteration 3)" in "".join(terminal.text)
