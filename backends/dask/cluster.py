@@ -8,6 +8,7 @@ call that needs it and is reused for the rest of the process.
 
 import asyncio
 import atexit
+import logging
 import os
 import threading
 
@@ -20,6 +21,8 @@ MEMORY_FRACTION = 0.8
 #: is no scheduler it waited on forever); set it, or give ``timeout=``. Dask's
 #: ``distributed.comm.timeouts.connect``, where set lower, is honoured.
 CONNECT_TIMEOUT = 10.0
+
+logger = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _embedded = {}
@@ -53,6 +56,21 @@ def get_client(address=None, timeout=None):
         return distributed.get_client()
     except ValueError:
         return _embedded_client()
+
+
+def running_client(address=None, timeout=None):
+    """The client ``get_client`` would give without starting a cluster: that of
+    ``address`` if given, else the active client; None when ``get_client``
+    would start the embedded cluster. Work that is small enough for this
+    process (a prediction from a saved model, say) runs here on None."""
+    import distributed
+
+    if address is not None:
+        return get_client(address, timeout)
+    try:
+        return distributed.get_client()
+    except ValueError:
+        return None
 
 
 def _timeout(timeout):
@@ -225,6 +243,12 @@ def _embedded_client():
         )
         client = distributed.Client(cluster)
         _embedded.update(cluster=cluster, client=client)
+        logger.info(
+            "started an embedded Dask cluster: %d worker processes of %.1f GiB "
+            "(no address= and no active client)",
+            n_workers,
+            memory_limit / 2**30,
+        )
         # registered after distributed's own exit handlers, so it runs before them
         # (last registered, first run): the client goes before its workers, and the
         # scheduler does not warn that removing them lost the results still held

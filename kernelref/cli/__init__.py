@@ -276,7 +276,8 @@ def _run(argv):
         if args.command is None:
             build_parser().print_help()
             return 2
-        return COMMANDS[args.command](args)
+        with runtime.backend_log(args):
+            return COMMANDS[args.command](args)
     except UsageError as error:
         print(f"kernelref: error: {error}", file=sys.stderr)
         return 2

@@ -6,6 +6,7 @@ reference commands run with numpy and scipy alone.
 
 import contextlib
 import json
+import logging
 import pathlib
 import sys
 import time
@@ -175,6 +176,32 @@ def _cluster_backend():
     raise UsageError(
         "connecting to a cluster needs the dask backend: pip install 'kernelref[dask]'."
     )
+
+
+@contextlib.contextmanager
+def backend_log(args):
+    """With --verbose, what the registered backends log at INFO and above (a fit
+    resumed from its checkpoint, an embedded cluster started because no
+    --scheduler was given) on stderr as the command's own lines; the loggers
+    are named by the backends' packages, which are not imported here."""
+    from kernelref.cli import plugins
+
+    if not getattr(args, "verbose", False):
+        yield
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("kernelref: %(message)s"))
+    loggers = [logging.getLogger(name) for name in plugins.packages()]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.removeHandler(handler)
+            logger.setLevel(level)
 
 
 def show_progress(args):

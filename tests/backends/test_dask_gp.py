@@ -164,6 +164,42 @@ def test_classifier_one_vs_rest_equals_the_reference(address):
     close(gpc.log_marginal_likelihood_value_, ref.log_marginal_likelihood_value_, 1e-8)
 
 
+def test_prediction_in_this_process_equals_the_clusters(address, monkeypatch):
+    """With no cluster running, a prediction reads a small factor in this process
+    (``prediction_client``; the mean alone reads none): the same forward
+    substitution as the cluster's tasks, so the same digits."""
+    from backends.dask.gp import common
+
+    X, y = regression_data(300, seed=7)
+    gp = GaussianProcessRegressor(
+        1.0 * RBF(1.0), noise=0.01, optimizer=None, chunk_size=120, address=address
+    ).fit(X, y)
+    Xc, yc = classification_data(150, seed=6, n_classes=3)
+    gpc = GaussianProcessClassifier(
+        1.0 * RBF(1.0), optimizer=None, chunk_size=60, address=address
+    ).fit(Xc, yc)
+    X_test = np.random.default_rng(8).normal(size=(130, 2))
+    on_cluster = (
+        gp.predict(X_test, return_std=True),
+        gp.predict(X_test[:20], return_cov=True),
+        gpc.predict_proba(X_test),
+    )
+    monkeypatch.setattr(common, "running_client", lambda address: None)
+    assert common.prediction_client(address, gp.factor_, {"theta": []}) is not None
+    # (a factor that holds another matrix is computed again, on a cluster)
+    here = (
+        gp.predict(X_test, return_std=True),
+        gp.predict(X_test[:20], return_cov=True),
+        gpc.predict_proba(X_test),
+    )
+    for a, b in zip(on_cluster, here):
+        for part_a, part_b in zip(a, b):
+            np.testing.assert_array_equal(part_a, part_b)
+    np.testing.assert_array_equal(gp.predict(X_test), on_cluster[0][0])
+    ref = ReferenceClassifier(1.0 * RBF(1.0), optimizer=None).fit(Xc, yc)
+    close(gpc.decision_function(X_test), ref.decision_function(X_test), 1e-8)
+
+
 @pytest.mark.parametrize(
     "kwargs, error, match",
     [

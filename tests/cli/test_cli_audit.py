@@ -290,3 +290,52 @@ def test_workers_that_died_are_explained(cli, tmp_path, monkeypatch):
     assert "the cluster's workers died running a task" in err
     assert "dask worker --memory-limit" in err and "--param chunk_size" in err
     assert "unexpected" not in err
+
+
+def test_predict_of_a_cluster_fitted_gp_needs_no_cluster(run, tmp_path):
+    """predict and evaluate of exact GP models fitted on a cluster started an
+    embedded cluster (5-15 s) when no --scheduler was given, even for a
+    handful of points: their forward substitution ran on it. Now the mean
+    alone reads no factor, and a small factor is read in this process; a
+    factor to compute again (cut short) still starts the embedded cluster,
+    which --verbose names."""
+    zarr = pytest.importorskip("zarr")
+    write_csv(tmp_path / "train.csv", X, t)
+    write_csv(tmp_path / "classes.csv", X, labels)
+    with cluster() as local:
+        for model, data, name in (
+            ("GaussianProcessRegressor", "train.csv", "gp.krm"),
+            ("GaussianProcessClassifier", "classes.csv", "gpc.krm"),
+        ):
+            done = run(
+                "fit", model, "--data", data, "--target", "target", "--backend",
+                "dask", "--scheduler", local.scheduler_address, "--param",
+                "optimizer=null", "--out", name, "-q",
+            )  # fmt: skip
+            assert done.returncode == 0, done.stderr
+    embedded = "kernelref: started an embedded Dask cluster"
+    gp, gpc = kernelref.load(tmp_path / "gp.krm"), kernelref.load(tmp_path / "gpc.krm")
+    mean, std = gp.predict(X, return_std=True)
+    for command, expected in (
+        (("predict", "gp.krm", "--std", "--out", "std.npy"), np.c_[mean, std]),
+        (("predict", "gpc.krm", "--proba", "--out", "p.npy"), gpc.predict_proba(X)),
+    ):
+        done = run(*command, "--data", "classes.csv", "--target", "target", "--verbose")
+        assert done.returncode == 0, done.stderr
+        assert embedded not in done.stderr
+        np.testing.assert_array_equal(np.load(tmp_path / command[-1]), expected)
+    # the mean alone (evaluate) reads no factor
+    done = run("evaluate", "gp.krm", "--data", "train.csv", "--target", "target",
+               "--json", "--verbose")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert embedded not in done.stderr
+    assert json.loads(done.stdout)["r2"] == gp.score(X, t)
+    # a factor cut short must be computed again: that still needs a cluster
+    factor = zarr.open_array(store=gp.factor_.store.root, path=gp.factor_.path)
+    factor.attrs["complete"] = False
+    done = run("predict", "gp.krm", "--data", "train.csv", "--target", "target",
+               "--std", "--out", "again.npy", "--verbose")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert embedded in done.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "again.npy"), np.c_[mean, std])
+    assert zarr.open_array(store=gp.factor_.store.root).attrs["complete"] is True

@@ -23,14 +23,15 @@ import hashlib
 import numpy as np
 from scipy.linalg import LinAlgError
 
-from backends.dask.cluster import get_client
 from backends.dask.gp.common import (
     ClusterFitMixin,
     check_backend_args,
     cross_blocks,
+    cross_means,
     ensure_factor,
     forward_norms_on,
     kernel_identity,
+    prediction_client,
 )
 from backends.dask.gp.tiles import ColumnRhs, KernelTiles
 from kernelref._validation import (
@@ -120,7 +121,8 @@ class GaussianProcessClassifier(ClusterFitMixin, ReferenceClassifier):
         return cache[key]
 
     def _factorise_B(self, kernel, W_sr, factor=None, client=None):
-        """chol(B) at ``kernel`` and W^½ into the fit's factor (or ``factor``)."""
+        """chol(B) at ``kernel`` and W^½ into the fit's factor (or ``factor``, then
+        returned as ``ensure_factor`` returns it)."""
         if factor is None:
             tiles = self._tiles(kernel, W_sr)
         else:  # after the fit: its data and jitter
@@ -130,7 +132,7 @@ class GaussianProcessClassifier(ClusterFitMixin, ReferenceClassifier):
             if factor is None:
                 self._fit.factorise(tiles, 1.0, key)
             else:
-                ensure_factor(factor, tiles, 1.0, key, client)
+                return ensure_factor(factor, tiles, 1.0, key, client)
         except LinAlgError:
             raise ValueError(
                 "I + W^½KW^½ is not positive definite, so the kernel matrix K is not "
@@ -255,11 +257,28 @@ class GaussianProcessClassifier(ClusterFitMixin, ReferenceClassifier):
         return self
 
     # -- prediction (Algorithm 3.2, label gpc-predictive) ------------------------------
+    def decision_function(self, X):
+        """The latent predictive mean E[f* | t] (Algorithm 3.2, line 4), one column
+        per class with more than two classes: it reads no factor, so it needs no
+        cluster (nor does ``predict`` with two classes, its sign)."""
+        X = self._latent(X)
+        if self._is_multiclass():
+            return np.column_stack([e._latent_mean(X) for e in self.estimators_])
+        return self._latent_mean(X)
+
+    def _latent_mean(self, X):
+        blocks = cross_blocks(self.kernel_, self._x_ref, X, self.W_sr_)
+        v = (self._t - self._mode.pi)[:, None]
+        return np.concatenate([m[:, 0] for m in cross_means(blocks, v)])
+
     def _binary_latent(self, X):
-        client = get_client(self.address)
         factor = self._mode.L
-        # the store's factor may hold another θ (log_marginal_likelihood since the fit)
-        self._factorise_B(self.kernel_, self.W_sr_, factor, client)
+        key = _factor_key(self.kernel_, self.jitter_, self.W_sr_)
+        client = prediction_client(self.address, factor, key)
+        # a factor not holding the fitted matrix (cut short, say) is computed again,
+        # on the cluster
+        factor = self._factorise_B(self.kernel_, self.W_sr_, factor, client)
+        self._mode.L = factor
         blocks = cross_blocks(self.kernel_, self._x_ref, X, self.W_sr_)
         v = (self._t - self._mode.pi)[:, None]
         parts = forward_norms_on(client, factor, blocks, v, False)

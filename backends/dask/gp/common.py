@@ -17,10 +17,11 @@ import numpy as np
 import zarr
 
 from backends.dask import estimator_args
-from backends.dask.cluster import get_client
+from backends.dask.cluster import get_client, running_client
 from backends.dask.estimator_args import kernel_identity
 from backends.dask.gp.tiles import (
     CrossRhs,
+    cross_mean,
     forward_norms,
     gradient_column,
     kernel_times,
@@ -40,10 +41,20 @@ __all__ = [
     "ExactFit",
     "check_backend_args",
     "cross_blocks",
+    "cross_means",
     "ensure_factor",
     "forward_norms_on",
+    "holds",
     "kernel_identity",
+    "prediction_client",
 ]
+
+#: A prediction's forward substitution reads the factor once per block of test
+#: points. With no cluster running (no ``address=``, no active client) a factor
+#: of at most this many bytes (N ≤ 8192) is read in this process, not by an
+#: embedded cluster started for it (5-15 s); a larger one starts it, so that
+#: its workers take the blocks in parallel.
+LOCAL_FACTOR_BYTES = 2**29
 
 
 def check_backend_args(estimator):
@@ -103,15 +114,36 @@ def ensure_factor(factor, tiles, lam, key, client):
 
     ``key`` (JSON-able) names the matrix; it is set in the array's attributes
     only after the last tile is written, so a cut-short factorisation is never
-    reused. Returns True if the factor was computed.
+    reused. Returns the array that holds it: ``factor``, or a writable handle
+    on it when ``factor`` was opened read-only (a loaded model's,
+    ``kernelref.io``) and had to be computed again.
     """
+    if holds(factor, key):
+        return factor
+    if factor.read_only:
+        factor = zarr.open_array(store=str(factor.store.root), path=factor.path)
     attrs = factor.attrs
-    if attrs.get("complete") is True and attrs.get("key") == key:
-        return False
     attrs.update({"complete": False, "key": None})
     tiled_cholesky(tiles, lam, factor, client)
     attrs.update({"complete": True, "key": key})
-    return True
+    return factor
+
+
+def holds(factor, key):
+    """Whether ``factor`` holds the whole factor of the matrix ``key`` names."""
+    attrs = factor.attrs
+    return attrs.get("complete") is True and attrs.get("key") == key
+
+
+def prediction_client(address, factor, key):
+    """Where a prediction's forward substitution on ``factor`` runs: the cluster
+    at ``address`` or the active client, if there is one; else this process
+    (None) when ``factor`` holds the matrix ``key`` names and is at most
+    ``LOCAL_FACTOR_BYTES``; else the embedded cluster (a factor to recompute
+    is a tiled Cholesky, a larger one is read in parallel)."""
+    client = running_client(address)
+    local = holds(factor, key) and factor.nbytes <= LOCAL_FACTOR_BYTES
+    return client if client is not None or local else get_client(address)
 
 
 def cross_blocks(kernel, x_ref, X, scale=None, block_size=None):
@@ -236,12 +268,21 @@ class ExactFit:
 
 
 def forward_norms_on(client, factor, rhs_blocks, alpha, full):
-    """``forward_norms`` for each right-hand side, one task each, in order."""
+    """``forward_norms`` for each right-hand side, one task each, in order; in
+    this process when ``client`` is None (``prediction_client``)."""
+    if client is None:
+        return [forward_norms(factor, rhs, alpha, full) for rhs in rhs_blocks]
     futures = [
         client.submit(forward_norms, factor, rhs, alpha, full, pure=False)
         for rhs in rhs_blocks
     ]
     return _wait_all(client, futures)
+
+
+def cross_means(rhs_blocks, alpha):
+    """k*ᵀα of each block of test points (``gp-predictive-mean``), in this
+    process: the mean needs no factor, so no cluster."""
+    return [cross_mean(rhs, alpha) for rhs in rhs_blocks]
 
 
 def _empty_records():

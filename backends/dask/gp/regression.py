@@ -24,14 +24,15 @@ from scipy.linalg import LinAlgError
 
 from backends.dask import gp_matrix_free as matrix_free
 from backends.dask import gp_variance
-from backends.dask.cluster import get_client
 from backends.dask.gp.common import (
     ClusterFitMixin,
     check_backend_args,
     cross_blocks,
+    cross_means,
     ensure_factor,
     forward_norms_on,
     kernel_identity,
+    prediction_client,
 )
 from backends.dask.gp.tiles import KernelTiles
 from kernelref._validation import (
@@ -57,6 +58,10 @@ def log_evidence(t, alpha, log_diagonal_sum):
         - n_targets * log_diagonal_sum
         - 0.5 * n_targets * n * LOG_2PI
     )
+
+
+def _factor_key(kernel, noise):
+    return {"theta": kernel.theta.tolist(), "noise": noise}
 
 
 class GaussianProcessRegressor(ClusterFitMixin, ReferenceGaussianProcessRegressor):
@@ -163,15 +168,16 @@ class GaussianProcessRegressor(ClusterFitMixin, ReferenceGaussianProcessRegresso
 
     # -- the evidence on the cluster ---------------------------------------------------
     def _factorise(self, kernel, noise, factor=None, client=None):
-        """chol(K + σ²I) at ``kernel`` into the fit's factor (or ``factor``)."""
+        """chol(K + σ²I) at ``kernel`` into the fit's factor (or ``factor``, then
+        returned as ``ensure_factor`` returns it)."""
         x_ref = self._fit.store.x_ref if factor is None else self._x_ref
         tiles = KernelTiles(kernel, x_ref)
-        key = {"theta": kernel.theta.tolist(), "noise": noise}
+        key = _factor_key(kernel, noise)
         try:
             if factor is None:
                 self._fit.factorise(tiles, noise, key)
             else:
-                ensure_factor(factor, tiles, noise, key, client)
+                return ensure_factor(factor, tiles, noise, key, client)
         except LinAlgError:
             raise NotPositiveDefiniteError(
                 f"K + noise*I is not positive definite (tiled Cholesky failed) with "
@@ -247,7 +253,9 @@ class GaussianProcessRegressor(ClusterFitMixin, ReferenceGaussianProcessRegresso
     # -- prediction --------------------------------------------------------------------
     def predict(self, X, return_std=False, return_cov=False):
         """Predictive mean (``gp-predictive-mean``) and standard deviation or
-        covariance (``gp-predictive-var``), by forward substitution on the cluster."""
+        covariance (``gp-predictive-var``), by forward substitution on the cluster
+        (``prediction_client``: in this process for a small factor when no
+        cluster runs). The mean alone reads no factor and needs no cluster."""
         if not hasattr(self, "kernel_"):
             return super().predict(X, return_std=return_std, return_cov=return_cov)
         if getattr(self, "fit_solver_", "cholesky") == "cg":
@@ -264,11 +272,18 @@ class GaussianProcessRegressor(ClusterFitMixin, ReferenceGaussianProcessRegresso
         # the covariance needs all test points in one right-hand side
         b = max(X.shape[0], 1) if return_cov else self._x_ref.chunk_size
         blocks = cross_blocks(self.kernel_, self._x_ref, X, block_size=b)
-        client = get_client(self.address)
-        # the store's factor may hold another θ (log_marginal_likelihood since the fit)
-        self._factorise(self.kernel_, self._noise, self.factor_, client)
-        parts = forward_norms_on(client, self.factor_, blocks, alpha, return_cov)
-        mean = np.concatenate([m for m, _ in parts], axis=0)
+        if return_std or return_cov:
+            key = _factor_key(self.kernel_, self._noise)
+            client = prediction_client(self.address, self.factor_, key)
+            # a factor not holding the fitted matrix (cut short, say) is computed
+            # again, on the cluster
+            self.factor_ = self._factorise(
+                self.kernel_, self._noise, self.factor_, client
+            )
+            parts = forward_norms_on(client, self.factor_, blocks, alpha, return_cov)
+            mean = np.concatenate([m for m, _ in parts], axis=0)
+        else:
+            mean = np.concatenate(cross_means(blocks, alpha), axis=0)
         mean = mean[:, 0] if self.alpha_.ndim == 1 else mean
         mean = self._y_mean + self._y_std * mean
         if not (return_std or return_cov):

@@ -35,6 +35,7 @@ __all__ = [
     "CrossRhs",
     "KernelTiles",
     "cross_gradient_dot",
+    "cross_mean",
     "forward_norms",
     "gradient_column",
     "kernel_times",
@@ -252,6 +253,16 @@ def gradient_column(L, kernel, x_ref, c, F, G, s, D):
         total = total + tile_gradient_dot(kernel, read_chunk(x_ref, i), X_c, W, i == c)
     give_buffer(outer, *buffers)
     return total
+
+
+def cross_mean(rhs, alpha):
+    """Σ_i raw(R_i)ᵀ α_i, the mean ``forward_norms`` returns (same order of sums,
+    so the same digits), without reading the factor."""
+    ref, mean = rhs.x_ref, None
+    for i in range(ref.n_chunks):
+        term = rhs.raw(i).T @ alpha[ref.rows(i)]
+        mean = term if mean is None else mean + term
+    return mean
 
 
 def forward_norms(L, rhs, alpha, full):
