@@ -1,6 +1,7 @@
 """The subcommands fit, predict, evaluate, gram and info."""
 
 import contextlib
+import copy
 import json
 import os
 import pathlib
@@ -79,7 +80,11 @@ def fit(args):
             sparse=takes_sparse(estimator),
         )
         _check_target(cls, y, args)
-        shown = ", ".join(f"{k}={v!r}" for k, v in params.items() if k != "progress")
+        shown = ", ".join(
+            f"{k}={_without_progress(v)!r}"
+            for k, v in params.items()
+            if k != "progress"
+        )
         # (not repr(estimator): --verbose's progress= is a function's address)
         log(args, f"fitting {cls.__name__}({shown}) on {args.data} ({_shape(X)})")
         # a backend fit with a progress= parameter shows its own bar
@@ -129,6 +134,15 @@ def _backend_part(cls, params):
     return type(inner), {
         k: given[k] for k in ("store", "progress") if given.get(k) is not None
     }
+
+
+def _without_progress(value):
+    """A wrapped estimator as --verbose shows it: without its progress= callback."""
+    if not callable(getattr(value, "progress", None)):
+        return value
+    value = copy.copy(value)
+    value.progress = None
+    return value
 
 
 def _drop_progress(estimator):
