@@ -330,7 +330,10 @@ _BACKEND_DOC = """
     Backend arguments
     -----------------
     store : path or None
-        The fit store (data, checkpoints); None: a temporary directory.
+        The fit store (data, checkpoints); None: a temporary directory. Wrapped
+        in ``kernelref.svm.PlattCalibrated`` (or ``OneVsRestClassifier``), each
+        of its fits keeps its own store in a sub-directory of this one
+        (``platt.fit_store``).
     chunk_size : int
         Rows of X per task.
     working_set_size : int
@@ -345,7 +348,9 @@ _BACKEND_DOC = """
         Scheduler address; None: the active client or an embedded cluster.
     progress : None, False or callable
         A bar on a terminal (None), nothing (False), or a callback receiving a
-        ``Record(iteration, measure=gap, model_size=SVs, elapsed)``.
+        ``Record(iteration, measure=gap, model_size=SVs, elapsed, resumed_from)``
+        after each outer iteration of a large QP, and after each small QP solved
+        whole (``iteration`` then counts the small QPs solved).
     resume : bool
         Continue from the store's checkpoints (True) or start afresh.
     random_state : int
