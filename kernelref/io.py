@@ -44,6 +44,7 @@ import json
 import numbers
 import os
 import re
+import secrets
 import struct
 import tempfile
 
@@ -115,9 +116,7 @@ def save(estimator, path, provenance=None):
 
 def _write_atomically(path, header_bytes, arrays, table):
     directory = os.path.dirname(os.path.abspath(path))
-    fd, temporary = tempfile.mkstemp(
-        prefix=".kernelref-", suffix=".part", dir=directory
-    )
+    fd, temporary = _temporary_file(directory, path)
     try:
         with os.fdopen(fd, "wb") as f:
             digest = hashlib.sha256()
@@ -141,6 +140,33 @@ def _write_atomically(path, header_bytes, arrays, table):
         if os.path.exists(temporary):
             os.remove(temporary)
         raise
+
+
+def _temporary_file(directory, path):
+    """A new file in `directory` to be renamed over `path`: (descriptor, name).
+
+    Its permissions are those ``open(path, "wb")`` gives, as numpy.save and
+    joblib's files have: an existing `path`'s mode, else 0666 less the umask
+    (0644 under umask 022), applied by the system as the file is created
+    (``tempfile.mkstemp`` gives 0600, which other users could not read).
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    for _ in range(tempfile.TMP_MAX):
+        name = os.path.join(directory, f".kernelref-{secrets.token_hex(8)}.part")
+        try:
+            fd = os.open(name, flags, 0o666)
+        except FileExistsError:
+            continue
+        try:
+            os.chmod(name, os.stat(path).st_mode & 0o777)
+        except FileNotFoundError:  # a new file: the umask's mode
+            pass
+        except BaseException:
+            os.close(fd)
+            os.remove(name)
+            raise
+        return fd, name
+    raise FileExistsError(f"no unused temporary name in {directory}")
 
 
 def _class_path(cls):

@@ -339,3 +339,33 @@ def test_predict_of_a_cluster_fitted_gp_needs_no_cluster(run, tmp_path):
     assert embedded in done.stderr
     np.testing.assert_array_equal(np.load(tmp_path / "again.npy"), np.c_[mean, std])
     assert zarr.open_array(store=gp.factor_.store.root).attrs["complete"] is True
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permissions")
+def test_model_files_have_the_umask_permissions(run, tmp_path):
+    """Model files were written 0600 (tempfile.mkstemp, then renamed): others
+    could not read a model they were given. Now as numpy.save's files: 0666
+    less the umask for a new file, an existing file's own mode when replaced;
+    the write is still atomic (a temporary name, then rename)."""
+    write_csv(tmp_path / "train.csv", X, t)
+    old = os.umask(0o022)
+    try:
+        done = run("fit", "RVR", "--data", "train.csv", "--target", "target",
+                   "--param", "gamma=0.5", "--out", "a.krm", "-q")  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        model = kernelref.load(tmp_path / "a.krm")
+        os.umask(0o027)
+        model.save(tmp_path / "b.krm")
+        for umask, name in ((0o022, "a"), (0o027, "b")):
+            os.umask(umask)
+            np.save(tmp_path / f"{name}.npy", X)  # numpy's file, for comparison
+            modes = [
+                os.stat(tmp_path / f"{name}{ext}").st_mode for ext in (".krm", ".npy")
+            ]
+            assert [m & 0o777 for m in modes] == [0o666 & ~umask] * 2
+        os.chmod(tmp_path / "a.krm", 0o640)
+        model.save(tmp_path / "a.krm")  # replaced: its mode is kept
+        assert os.stat(tmp_path / "a.krm").st_mode & 0o777 == 0o640
+    finally:
+        os.umask(old)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
