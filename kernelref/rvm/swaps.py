@@ -60,7 +60,9 @@ def swap_gains(model, usable, alignment_max):
     ``model.active[a]``, −∞ (and ∞) where the swap is not allowed: k in the model,
     unusable, within `SPAN_RESIDUAL_MIN` of U's span (which holds the model's), or
     aligned beyond ``alignment_max`` with a basis function other than the one it
-    replaces; or with q² − s at most `ZERO_FACTOR` in the model without i."""
+    replaces; or with q² − s at most `ZERO_FACTOR` in the model without i. Only the
+    rows of the columns that may join are computed: O(P_out·m·m_U) for P_out of
+    them, where all P rows cost O(m²m_U) more (a model of nearly every column)."""
     active, alpha = model.active, model.alpha
     S, Q, beta = model.S, model.Q, model.beta
     s, q = sparsity_quality(S, Q, alpha, active)
@@ -68,26 +70,30 @@ def swap_gains(model, usable, alignment_max):
     c = (a_M + s_M) / a_M**2  # 1/(α_i − S_i), written without cancellation
     ell_M = 0.5 * (np.log(a_M / (a_M + s_M)) + q_M**2 / (a_M + s_M))
     R = model.Psi[:, active]
-    V = beta * (model.Psi.T @ (model.G @ R))  # V_ki = φ_kᵀC⁻¹φ_i
-    S_k = S[:, None] + c * V**2
-    Q_k = Q[:, None] + V * (c * Q[active])
+    out = usable & ~np.isfinite(alpha) & (model.residual >= SPAN_RESIDUAL_MIN)
+    out = np.flatnonzero(out)  # the columns that may join
+    V = beta * ((model.Psi[:, out].T @ model.G) @ R)  # V_ki = φ_kᵀC⁻¹φ_i
+    S_k = S[out, None] + c * V**2
+    Q_k = Q[out, None] + V * (c * Q[active])
     theta = Q_k**2 - S_k
     ok = theta > ZERO_FACTOR
-    ok &= _allowed(model, usable, alignment_max, R)
+    ok &= _allowed(model, alignment_max, R, out)
     r = np.where(ok, theta / np.where(ok, S_k, 1.0), 0.0)
-    gain = np.where(ok, 0.5 * (r - np.log1p(r)) - ell_M, -np.inf)
-    new_alpha = np.where(ok, S_k / np.where(ok, r, 1.0), np.inf)
+    gain = np.full((len(alpha), len(active)), -np.inf)
+    new_alpha = np.full((len(alpha), len(active)), np.inf)
+    gain[out] = np.where(ok, 0.5 * (r - np.log1p(r)) - ell_M, -np.inf)
+    new_alpha[out] = np.where(ok, S_k / np.where(ok, r, 1.0), np.inf)
     return gain, new_alpha
 
 
-def _allowed(model, usable, alignment_max, R):
-    """P×m: whether column k may replace ``model.active[a]``."""
+def _allowed(model, alignment_max, R, out):
+    """len(out)×m: whether column k of ``out`` may replace ``model.active[a]`` by
+    the alignment test."""
     active = model.active
-    outside = usable & ~np.isfinite(model.alpha)
-    outside &= model.residual >= SPAN_RESIDUAL_MIN
-    allowed = np.repeat(outside[:, None], len(active), axis=1)
+    allowed = np.ones((len(out), len(active)), dtype=bool)
     if alignment_max < 1 and len(active) > 1:
-        cosine = np.abs(model.Psi.T @ R)  # |φ_kᵀφ_j| = |ψ_kᵀψ_j|, j in the model
+        # |φ_kᵀφ_j| = |ψ_kᵀψ_j|, j in the model
+        cosine = np.abs(model.Psi[:, out].T @ R)
         first = cosine.argmax(axis=1)
         rows = np.arange(len(cosine))
         top = cosine[rows, first]
@@ -113,10 +119,10 @@ def reestimation_estimates(model, gain, new_alpha, pairs):
     a_M = alpha[active]
     c = (a_M + s[active]) / a_M**2
     k, a = pairs[:, 0], pairs[:, 1]
-    # V_jk for j in the model and each swap's k, V_ji and V_ki
-    V_k = beta * (model.Psi[:, k].T @ (model.G @ model.Psi[:, active]))  # (n, m)
-    V_MM = beta * (model.Psi[:, active].T @ (model.G @ model.Psi[:, active]))
-    V_ji = V_MM[:, a].T  # (n, m)
+    # V_jk for j in the model and each swap's k, V_ji and V_ki: O(n·m·m_U)
+    R = model.Psi[:, active]
+    V_k = beta * ((model.Psi[:, k].T @ model.G) @ R)  # (n, m)
+    V_ji = beta * ((R[:, a].T @ model.G) @ R)  # (n, m)
     V_ki = V_k[np.arange(len(k)), a]
     c_i, Q_i = c[a], Q[active[a]]
     S_k = S[k] + c_i * V_ki**2
