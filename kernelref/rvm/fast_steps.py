@@ -18,6 +18,7 @@ from kernelref.rvm.coordinates import (
     add_coordinate,
     add_in_span_step,
     add_step,
+    coordinate_norms,
     delete_step,
     drop_coordinate,
     fresh_statistics,
@@ -118,11 +119,12 @@ POLISH_EVERY = 20
 #: largest drift measured so far, ``n_fresh``, the fresh factorisations so far, and
 #: ``dead``, the columns deleted since then, whose directions U still spans;
 #: ``noise_estimate``, the β (rvm-noise) gave at the last check of a held phase
-#: (``FastLoop(release=...)``), or None.
+#: (``FastLoop(release=...)``), or None; ``norms``, ‖ψ_i‖² (`coordinate_norms`),
+#: from which ``residual`` is formed, or None where they are not kept.
 FastModel = namedtuple(
     "FastModel",
     "active alpha beta U Psi tau perp residual S Q G align log_evidence "
-    "since_fresh interval drift n_fresh dead noise_estimate",
+    "since_fresh interval drift n_fresh dead noise_estimate norms",
 )
 
 
@@ -151,6 +153,7 @@ def initial_model(Phi, active, alpha, beta):
         n_fresh=0,
         dead=np.zeros(len(alpha), dtype=bool),
         noise_estimate=None,
+        norms=None,
     )
 
 
@@ -203,9 +206,10 @@ def refresh(model, Phi, usable, t, PhiT_t, alignment_max, measure=False):
         align = np.abs(Psi.T @ Psi[:, active]).max(axis=1)
     tau = U.T @ t
     perp = max(t @ t - tau @ tau, 0.0)  # ‖(I − UUᵀ)t‖²
-    residual = model.residual  # span_residual of Ψ, kept by every action …
+    residual, norms = model.residual, model.norms  # kept by every action …
     if residual is None or Psi is not model.Psi:  # … until U changes
-        residual = span_residual(Psi, usable.astype(float))
+        norms = coordinate_norms(Psi)
+        residual = span_residual(Psi, usable.astype(float), norms)
     S, Q, G, log_det_H, tau_H_tau = fresh_statistics(
         Psi, active, alpha[active], beta, residual, PhiT_t, tau
     )
@@ -222,6 +226,7 @@ def refresh(model, Phi, usable, t, PhiT_t, alignment_max, measure=False):
         tau=tau,
         perp=perp,
         residual=residual,
+        norms=norms,
         S=S,
         Q=Q,
         G=G,
@@ -245,7 +250,7 @@ def choose_action(model, usable, tol, alignment_max):
     # are refused does not matter to the gains.
     wanted = theta > ZERO_FACTOR
     refused = refused_additions(model, usable, alignment_max, wanted)
-    new_alpha, gain = action_gains(alpha, active, s, q, refused, theta)
+    new_alpha, gain = action_gains(alpha, active, s, q, refused, theta, wanted)
     small = np.abs(np.log(new_alpha[active] / alpha[active])) < tol
     # A re-estimation within the tolerance already counts as converged, and gains
     # only O((Δ log α)²): it is not worth an iteration.
@@ -253,7 +258,10 @@ def choose_action(model, usable, tol, alignment_max):
     j = int(gain.argmax())
     # Settled: every α in the model within the tolerance (so none leaves it) and
     # no column outside it with a finite optimum.
-    settled = small.all() and np.count_nonzero(np.isfinite(new_alpha)) == len(active)
+    # (count_nonzero: ndarray.all's answer without its Python wrapper)
+    n = len(active)
+    settled = np.count_nonzero(small) == n
+    settled = settled and np.count_nonzero(np.isfinite(new_alpha)) == n
     # When no gain is positive the remaining changes of α are below what the
     # evidence resolves in floating point: the α are as settled as they can get.
     return j, new_alpha, gain, bool(settled or gain[j] <= 0)
@@ -343,7 +351,7 @@ def add_basis_function(model, Phi, t, usable, j, alpha_j, alignment_max):
     rank-one term (rvm-SQ-rank-one)."""
     alpha = model.alpha.copy()
     alpha[j] = alpha_j
-    active = np.sort(np.append(model.active, j))
+    active = _appended(model.active, j, model.active.searchsorted(j))  # still sorted
     if model.dead[j]:  # φ_j lies in the span of U
         v, kappa, G = add_in_span_step(
             model.Psi, model.G, model.beta, j, alpha_j, model.S[j]
@@ -366,6 +374,7 @@ def add_basis_function(model, Phi, t, usable, j, alpha_j, alignment_max):
     v, kappa, G = add_step(Psi, model.G, model.beta, j, alpha_j, model.S[j])
     align = _aligned(model.align, Psi, j, alignment_max)
     u_t = U[:, -1] @ t
+    norms = coordinate_norms(Psi, model.norms)  # only the new row's squares added
     return _rank_one(
         model,
         j,
@@ -377,11 +386,24 @@ def add_basis_function(model, Phi, t, usable, j, alpha_j, alignment_max):
         U=U,
         Psi=Psi,
         active=active,
-        tau=np.append(model.tau, u_t),
+        tau=_appended(model.tau, u_t),
         perp=max(model.perp - u_t**2, 0.0),
-        residual=span_residual(Psi, usable.astype(float)),
+        residual=span_residual(Psi, usable.astype(float), norms),
+        norms=norms,
         align=align,
     )
+
+
+def _appended(x, value, k=None):
+    """The 1-d array ``x`` with ``value`` inserted before its entry k (at its end
+    without k): np.append's or np.insert's result, in a third of their time."""
+    n = len(x)
+    k = n if k is None else k
+    out = np.empty(n + 1, dtype=x.dtype)
+    out[:k] = x[:k]
+    out[k] = value
+    out[k + 1 :] = x[k:]
+    return out
 
 
 def delete_basis_function(model, j, alignment_max):

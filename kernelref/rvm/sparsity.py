@@ -63,7 +63,7 @@ def optimal_alpha(s, q):
         )
 
 
-def action_gains(alpha, active, s, q, refused, theta=None):
+def action_gains(alpha, active, s, q, refused, theta=None, wanted=None):
     """The optimal α and the gain ΔL of changing it, for every column.
 
     For every column: its optimal α (rvm-fast-alpha) and ΔL = ℓ(α_new) − ℓ(α_old)
@@ -73,14 +73,18 @@ def action_gains(alpha, active, s, q, refused, theta=None):
     q² − s above `ZERO_FACTOR` have one. Deleting the last basis function and adding
     a ``refused`` column (aligned with a basis function in the model, or inside the
     model's span; those in the model, ``active``, are never refused) are not allowed.
-    ``theta``, q² − s, is computed when not given.
+    ``theta``, q² − s, and ``wanted``, the mask q² − s > `ZERO_FACTOR`, are
+    computed when not given.
     """
     if theta is None:
         theta = q * q - s
-    to = ((theta > ZERO_FACTOR) & ~refused).nonzero()[0]
+    if wanted is None:
+        wanted = theta > ZERO_FACTOR
+    to = (wanted & ~refused).nonzero()[0]
     s_to = s[to]
     r = theta[to] / s_to
-    new_alpha = np.full(len(s), np.inf)
+    new_alpha = np.empty(len(s))  # np.full's values, without its call overhead
+    new_alpha.fill(np.inf)
     new_alpha[to] = s_to / r
     gain = np.zeros(len(s))
     gain[to] = 0.5 * (r - np.log1p(r))  # ℓ(α_new), 0 for α_new = ∞

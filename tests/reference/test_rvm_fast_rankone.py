@@ -403,3 +403,21 @@ def test_prune_keeps_one_basis_function_when_every_deletion_pays():
     assert n_deleted == 0
     np.testing.assert_array_equal(pruned.active, a)
     assert pruned.n_fresh == model.n_fresh + 1
+
+
+def test_additions_keep_the_coordinate_norms_of_a_fresh_sum():
+    """An addition adds only its new row's squares to ‖ψ_i‖² (`coordinate_norms`):
+    bit for bit the sum over every row of Ψ, so the span residuals are those of
+    `span_residual` on the extended Ψ, as the loop computed them before."""
+    from kernelref.rvm.coordinates import coordinate_norms
+
+    Phi, usable, t = unit_problem(seed=6, n=90, gamma=0.2)
+    alpha = np.full(Phi.shape[1], np.inf)
+    alpha[[2, 30]] = 1.0
+    model = fresh_model(Phi, usable, t, alpha, 5.0)
+    unit = usable.astype(float)
+    for j in (5, 61, 44, 80, 17, 72):
+        model = add_basis_function(model, Phi, t, usable, j, 2.0, ALIGNMENT_MAX)
+        np.testing.assert_array_equal(model.norms, coordinate_norms(model.Psi))
+        np.testing.assert_array_equal(model.residual, span_residual(model.Psi, unit))
+    assert model.Psi.shape[0] == 8
