@@ -23,7 +23,7 @@ import numbers
 
 import numpy as np
 
-from backends.dask.blocks import kernel_block
+from backends.dask.blocks import COLUMN_BLOCK, product_rows
 from backends.dask.cluster import get_client
 from backends.dask.estimator_args import check_backend_args, refuse_precomputed
 from backends.dask.runtime import FitStore, map_chunks, read_chunk, run_loop
@@ -35,15 +35,33 @@ __all__ = ["KernelPCA"]
 
 def gram_times(x_ref, i, kernel, B):
     """Row chunk i of K B, K's tiles computed on the worker from the stored inputs
-    (CSR rows for sparse X: the kernel's own sparse products)."""
+    (CSR rows for sparse X: the kernel's own sparse products).
+
+    The tiles are formed a block of ``blocks.BLOCK_ENTRIES`` at a time and
+    multiplied at once (``blocks.product_rows``, as the SVMs' tasks do), so a
+    task's memory grows with chunk_size, not chunk_size²: a whole 4096² tile
+    (128 MiB, the default chunk_size) and its kernel's temporaries killed
+    workers of 300 MiB.
+    """
     X_i = read_chunk(x_ref, i)
-    out = np.zeros((X_i.shape[0], B.shape[1]))
+    out = _diagonal_times(kernel, X_i, B[x_ref.rows(i)])
     for j in range(x_ref.n_chunks):
-        rows = x_ref.rows(j)
-        K_ij = (
-            kernel(X_i) if i == j else kernel_block(kernel, X_i, read_chunk(x_ref, j))
-        )
-        out += K_ij @ B[rows]
+        if j != i:
+            out += product_rows(X_i, kernel, read_chunk(x_ref, j), B[x_ref.rows(j)])
+    return out
+
+
+def _diagonal_times(kernel, X, B):
+    """k(X) B with Y omitted, as the reference's K = k(X) has it (a White
+    kernel's noise is on its diagonal only): the diagonal blocks of
+    ``blocks.COLUMN_BLOCK`` rows by ``kernel(X_a)``, the rest by ``product_rows``."""
+    n, out = X.shape[0], np.zeros((X.shape[0], B.shape[1]))
+    for start in range(0, n, COLUMN_BLOCK):
+        a = slice(start, min(start + COLUMN_BLOCK, n))
+        out[a] += kernel(X[a]) @ B[a]
+        for rest in (slice(0, a.start), slice(a.stop, n)):
+            if rest.stop > rest.start:
+                out[a] += product_rows(X[a], kernel, X[rest], B[rest])
     return out
 
 

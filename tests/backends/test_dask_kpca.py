@@ -74,6 +74,59 @@ def test_interrupted_fit_resumes_to_the_same_model(address, tmp_path):
     np.testing.assert_array_equal(resumed.eigenvectors_, whole.eigenvectors_)
 
 
+def test_tiles_formed_in_blocks_make_the_products_of_the_whole_tiles(
+    client, monkeypatch
+):
+    """``gram_times`` forms K a block at a time (``blocks.product_rows``, the
+    diagonal blocks by k(X_a)): K B as the whole tiles gave it, with a White
+    kernel's noise on K's diagonal only, as in the reference's k(X); dense and
+    sparse X."""
+    import scipy.sparse
+
+    from backends.dask import blocks, kpca
+    from backends.dask.runtime import FitStore
+    from kernelref.kernels import RBF, White
+
+    monkeypatch.setattr(blocks, "BLOCK_ENTRIES", 6 * 8)  # blocks of 6 × 8
+    monkeypatch.setattr(blocks, "COLUMN_BLOCK", 8)
+    monkeypatch.setattr(kpca, "COLUMN_BLOCK", 8)
+    X = data(230, seed=3)
+    B = np.random.default_rng(4).normal(size=(230, 5))
+    kernel = RBF(0.5) + White(0.3)
+    for given in (X, scipy.sparse.csr_matrix(np.where(np.abs(X) > 0.5, X, 0.0))):
+        store = FitStore.prepare(
+            None, given, identity={"test": "blocks"}, chunk_size=100, client=client
+        )
+        KB = np.concatenate(
+            [kpca.gram_times(store.x_ref, i, kernel, B) for i in range(3)], axis=0
+        )
+        np.testing.assert_allclose(KB, kernel(given) @ B, rtol=1e-12, atol=1e-12)
+
+
+def test_the_default_chunk_size_fits_a_300_mib_worker(tmp_path):
+    """With chunk_size=4096 (the default), a task held a 4096² tile (128 MiB) and
+    its kernel's temporaries: a 300 MiB worker was killed (KilledWorker, at N =
+    6500, as in the audit). The tasks now form their tiles in strips."""
+    import distributed
+
+    X = data(6500, seed=5)
+    with distributed.LocalCluster(
+        n_workers=1,
+        threads_per_worker=1,
+        memory_limit="300MiB",
+        dashboard_address=":0",
+    ) as cluster:
+        address = cluster.scheduler_address
+        kpca = KernelPCA(3, gamma=0.5, random_state=0, address=address).fit(X)
+        assert kpca.chunk_size == 4096
+        small = KernelPCA(3, gamma=0.5, chunk_size=2000, random_state=0)
+        small.set_params(address=address).fit(X)
+    np.testing.assert_allclose(kpca.eigenvalues_, small.eigenvalues_, rtol=1e-9)
+    np.testing.assert_allclose(
+        np.abs(kpca.eigenvectors_), np.abs(small.eigenvectors_), rtol=0, atol=1e-7
+    )
+
+
 @pytest.mark.parametrize(
     "kwargs, error, match",
     [

@@ -271,8 +271,9 @@ def test_warnings_a_refused_param_and_a_closed_pipe(run, kernelref_command, tmp_
 
 def test_workers_that_died_are_explained(cli, tmp_path, monkeypatch):
     """A KilledWorker (every worker that ran a task died: on a 300 MiB worker,
-    KernelPCA's default chunk_size=4096 at N = 6500) was printed as 'unexpected;
-    please report it'. In this process: the fit raises what distributed raises."""
+    KernelPCA's default chunk_size=4096 at N = 6500 before its tasks formed their
+    tiles in blocks) was printed as 'unexpected; please report it'. In this
+    process: the fit raises what distributed raises."""
     write_csv(tmp_path / "train.csv", X, t)
 
     class Worker:
