@@ -423,6 +423,28 @@ def test_a_path_given_its_own_abandon_rule_stops_after_its_first_approximation()
     assert far.log_evidence == first
 
 
+def test_a_path_that_reaches_an_earlier_paths_model_stops_there():
+    """``joins``: a path whose approximation ends on the model where an earlier
+    path converged returns that path's fit, with its own counts; an unconverged
+    earlier fit is no fixed point and changes nothing."""
+    X, y = ripley_like(0, 150)
+    t = y.astype(float)
+    Phi = design_matrix(RBF(RIPLEY_GAMMA), X, X, bias=True)
+    free = fast_path(Phi, t, BERNOULLI)
+    assert free.converged
+    # The same path again, told of its own end: it stops on first reaching that
+    # model, before the approximations that settle the alpha there.
+    joined = fast_path(Phi, t, BERNOULLI, joins=(free,))
+    assert joined.n_iter < free.n_iter
+    np.testing.assert_array_equal(joined.evidence, free.evidence[: joined.n_iter])
+    np.testing.assert_array_equal(joined.keep, free.keep)
+    assert joined.log_evidence == free.log_evidence and joined.converged
+    np.testing.assert_array_equal(joined.alpha, free.alpha)
+    unsettled = fast_path(Phi, t, BERNOULLI, joins=(free._replace(converged=False),))
+    np.testing.assert_array_equal(unsettled.evidence, free.evidence)
+    assert unsettled.n_iter == free.n_iter
+
+
 def test_the_abandon_margin_grows_with_the_points():
     """At N = 600 the margin is 8√(600/250) = 12.4 nats: a path 10 nats behind its
     rival goes on (with 8 nats it would stop), one a little more than the margin
