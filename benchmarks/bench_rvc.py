@@ -354,7 +354,13 @@ Gaussian approximations on one-vs-rest, path by path; one change adopted.
   A tail approximation at m = 6 costs ~0.5 ms: whitening 24 us, ``FastLoop`` set-up
   10, start 60, a polish ~150 and a closing step ~45, result 22, the Newton mode ~100.
 - The empty path ends at the re-estimated path's fixed point (the same model, within
-  1e-3 nats) on 9 of the 36 ovr classes, below it on 19, above on 8.
+  1e-3 nats) on 9 of the 36 ovr classes, below it on 19, above on 8. Each of the three
+  is needed on some wine ovr row (from the recorded paths, against the default): the
+  re-estimated path alone ends 0.3-2.3 nats lower on s0 c = 0.25, 1, 4 and s1 c =
+  0.25, 4, the empty path alone 0.2-2.4 lower on all six, no swap pass 0.42 and 0.89
+  lower on s0 c = 0.25 and 1. Of a wine ovr fit the re-estimated path takes 31-49%
+  of the CPU, the empty path 39-49%, the paths after swaps 0-5%, the rest (the
+  start's mode and ten re-estimations, the swap steps) 12-24%.
 - Adopted: a path that reaches the model where an earlier path converged stops there
   and returns that path's fit (``rvc_fast.fast_path``'s ``joins``; the empty path
   against the re-estimated one, the swap pass's path against the kept fit). Replayed
@@ -371,7 +377,11 @@ Gaussian approximations on one-vs-rest, path by path; one change adopted.
   5-8): wine ovr 0.52/0.72/0.58/0.81/0.90/1.18 -> 0.48/0.65/0.56/0.77/0.84/1.11 (s0
   c = 0.25, 1, 4, s1 c = 0.25, 1, 4); rows meeting both targets 39 -> 40 there (wine
   s0 c = 0.25 ovr, 0.56 in the last quiet run: near the line), time on 42 -> 43,
-  evidence on 44, every other row's ratio within the noise.
+  evidence on 44, every other row's ratio within the noise. ``bench_rvc_softmax``
+  (digits, N = 400 and 700, re-estimation left out), before -> after: softmax the
+  same (-61.10 and -83.72, 77 and 43 approximations, 2.3 and 14.7-14.9 s CPU);
+  one-vs-rest the same evidence (-119.91, -177.20) with 460 -> 443 and 502 -> 496
+  approximations, 0.60 -> 0.60 and 1.44 -> 1.29 s CPU.
 - Tried, not adopted (single fits of all 48 rows, evidence against the previous code;
   the approximations do not depend on the load):
   Anderson mixing of the tail's steps in log alpha (memory 1-3) in place of Aitken's
