@@ -355,10 +355,10 @@ Gaussian approximations on one-vs-rest, path by path; one change adopted.
   10, start 60, a polish ~150 and a closing step ~45, result 22, the Newton mode ~100.
 - The empty path ends at the re-estimated path's fixed point (the same model, within
   1e-3 nats) on 9 of the 36 ovr classes, below it on 19, above on 8. Each of the three
-  is needed on some wine ovr row (from the recorded paths, against the default): the
-  re-estimated path alone ends 0.3-2.3 nats lower on s0 c = 0.25, 1, 4 and s1 c =
-  0.25, 4, the empty path alone 0.2-2.4 lower on all six, no swap pass 0.42 and 0.89
-  lower on s0 c = 0.25 and 1. Of a wine ovr fit the re-estimated path takes 31-49%
+  is needed on some wine ovr row (from the recorded paths, against the default):
+  without the empty path the fits end 2.32, 0.26 and 1.35 nats lower on s0 c = 4, s1
+  c = 0.25 and s1 c = 4, without the re-estimated path 0.2-2.4 lower on all six,
+  without the swap pass 0.42 and 0.89 lower on s0 c = 0.25 and 1. Of a wine ovr fit the re-estimated path takes 31-49%
   of the CPU, the empty path 39-49%, the paths after swaps 0-5%, the rest (the
   start's mode and ten re-estimations, the swap steps) 12-24%.
 - Adopted: a path that reaches the model where an earlier path converged stops there
