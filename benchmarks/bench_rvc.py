@@ -358,9 +358,10 @@ Gaussian approximations on one-vs-rest, path by path; one change adopted.
   is needed on some wine ovr row (from the recorded paths, against the default):
   without the empty path the fits end 2.32, 0.26 and 1.35 nats lower on s0 c = 4, s1
   c = 0.25 and s1 c = 4, without the re-estimated path 0.2-2.4 lower on all six,
-  without the swap pass 0.42 and 0.89 lower on s0 c = 0.25 and 1. Of a wine ovr fit the re-estimated path takes 31-49%
-  of the CPU, the empty path 39-49%, the paths after swaps 0-5%, the rest (the
-  start's mode and ten re-estimations, the swap steps) 12-24%.
+  without the swap pass 0.42 and 0.89 lower on s0 c = 0.25 and 1. Of a wine ovr fit
+  the re-estimated path takes 31-49% of the CPU, the empty path 39-49%, the paths
+  after swaps 0-5%, the rest (the start's mode and ten re-estimations, the swap
+  steps) 12-24%.
 - Adopted: a path that reaches the model where an earlier path converged stops there
   and returns that path's fit (``rvc_fast.fast_path``'s ``joins``; the empty path
   against the re-estimated one, the swap pass's path against the kept fit). Replayed
