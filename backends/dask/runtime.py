@@ -14,6 +14,8 @@ share:
   (arrays in a fresh ``state-*.npz`` file, then a small ``checkpoint.json``
   with the iteration and a sha256 of every array replaced in one rename).
 - ``map_chunks``: one round of tasks, ``func(ref, i, *args)`` for every chunk.
+- ``RoundArguments``: a round's large array arguments written once into the
+  store and read by its tasks (``with_arguments``), not put into the graph.
 - ``gather``, ``finished``, ``compute`` (from ``backends.dask.waiting``): the
   waits for a round, which raise ``WorkerPausedError`` when a worker paused by
   Dask's memory monitor holds the round, instead of waiting forever.
@@ -53,6 +55,7 @@ __all__ = [
     "FitStore",
     "Progress",
     "Record",
+    "RoundArguments",
     "StoreMismatchError",
     "WorkerPausedError",
     "compute",
@@ -63,6 +66,7 @@ __all__ = [
     "run_keyed_loop",
     "run_loop",
     "verify_chunks",
+    "with_arguments",
 ]
 
 FORMAT = "kernelref.fit_store"
@@ -688,6 +692,74 @@ def map_chunks(client, func, ref, *args):
 
 def _value(a):
     return a
+
+
+#: A round's array argument of more bytes than this reaches the tasks through
+#: the fit store (``RoundArguments``), not in the task graph: distributed warns
+#: of a graph above 10 MB ("Sending large graph"), and an (r, N) argument of a
+#: streamed pass is r·N·8 bytes (12 MiB at r = 30, N = 50 000). Smaller ones
+#: stay in the graph: stored from 64 kB on, bench_dask_rvm's N = 5000 RVR (68
+#: passes, 40 kB rows) took 3.3/3.6 s in its passes (one worker; 3.1/2.6 s
+#: without the files), on a shared machine.
+GRAPH_ARRAY_BYTES = 2**20
+
+
+@dataclass(frozen=True)
+class StoredArgument:
+    """An argument of a round's tasks, kept as an ``.npy`` file in the fit store
+    (a task reads it with ``with_arguments``). Named by its content's sha256,
+    so a task run again reads what it read the first time."""
+
+    path: str
+
+
+class RoundArguments:
+    """The arguments of one round of tasks, array arguments above
+    ``GRAPH_ARRAY_BYTES`` written into ``store``'s ``round-arguments``
+    directory (a file system every worker reads, as the store's data) and
+    named by a ``StoredArgument``: the array enters no graph, and the files are
+    durable, so a task lost with a worker is recomputed from them (nothing
+    irreplaceable is ``scatter``ed). A context manager: the files are removed
+    when the round is over. ``values`` are the arguments to give the tasks."""
+
+    def __init__(self, store, args):
+        self.directory = pathlib.Path(store.path) / "round-arguments"
+        self.paths = []
+        self.values = [self._keep(a) for a in args]
+
+    def _keep(self, a):
+        if not isinstance(a, np.ndarray) or a.nbytes <= GRAPH_ARRAY_BYTES:
+            return a
+        layout = (a.dtype.str, a.shape, a.flags.f_contiguous and a.ndim > 1)
+        digest = hashlib.sha256(repr(layout).encode())
+        digest.update(np.ascontiguousarray(a).data)
+        path = self.directory / f"{digest.hexdigest()}.npy"
+        if not path.exists():
+            self.directory.mkdir(exist_ok=True)
+            partial = path.with_name(f".{uuid.uuid4().hex}.npy")
+            np.save(partial, a, allow_pickle=False)  # keeps C or Fortran order
+            os.replace(partial, path)
+        self.paths.append(path)
+        return StoredArgument(str(path))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for path in self.paths:
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+
+def with_arguments(func, *args):
+    """On a worker: ``func(*args)`` with every ``StoredArgument`` read from its
+    file (``RoundArguments``)."""
+    return func(
+        *(
+            np.load(a.path, allow_pickle=False) if isinstance(a, StoredArgument) else a
+            for a in args
+        )
+    )
 
 
 # -- progress ------------------------------------------------------------------

@@ -93,3 +93,32 @@ def test_a_model_fitted_with_a_progress_callback_is_saved(client, tmp_path):
     assert all(
         e.progress is None for e in kernelref.load(tmp_path / "rvc.krm").estimators_
     )
+
+
+def test_a_streamed_rvm_pass_sends_no_large_graph(
+    client, tmp_path, recwarn, monkeypatch
+):
+    """distributed warned 'Sending large graph of size 16.91 MiB' on the Dask
+    RVR at N = 6500: every pass put its (r, N) argument into the task graph.
+    Arguments above ``GRAPH_ARRAY_BYTES`` (1 MiB) now go through the fit
+    store, once per pass. Here at N = 2000, both scaled down: the warning's
+    threshold to 64 kB, which every pass of this fit passed before (44
+    warnings), and ``GRAPH_ARRAY_BYTES`` to 16 kB; the model is the
+    reference's."""
+    from backends.dask import runtime
+
+    monkeypatch.setattr(runtime, "GRAPH_ARRAY_BYTES", 2**14)
+    rng = np.random.default_rng(3)
+    x = rng.uniform(-10, 10, size=(2000, 1))
+    y = np.sinc(x[:, 0] / np.pi) + 0.1 * rng.normal(size=2000)
+    store = tmp_path / "rvr"
+    with dask.config.set({"distributed.admin.large-graph-warning-threshold": "64kB"}):
+        model = RVR(gamma=1.0, chunk_size=500, store=store, progress=False)
+        model.set_params(address=client.scheduler.address).fit(x, y)
+    large = [w for w in recwarn if "Sending large graph" in str(w.message)]
+    assert large == []
+    # the passes' arguments went through the store, and were removed after each
+    assert list((store / "round-arguments").iterdir()) == []
+    reference = kernelref.RVR(gamma=1.0).fit(x, y)
+    np.testing.assert_array_equal(model.relevance_, reference.relevance_)
+    np.testing.assert_allclose(model.log_evidence_, reference.log_evidence_, rtol=1e-9)

@@ -32,7 +32,7 @@ import time
 import numpy as np
 
 from backends.dask.blocks import kernel_block
-from backends.dask.runtime import gather
+from backends.dask.runtime import RoundArguments, gather, with_arguments
 from backends.dask.rvm.tasks import (
     ROW_GROUP,
     left_product_chunk,
@@ -193,20 +193,24 @@ class StreamedDesign:
         return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
 
     def _round(self, func, *args):
-        """One pass: ``func(ref, span, kernel, *args)`` for every span, in order."""
+        """One pass: ``func(ref, span, kernel, *args)`` for every span, in order.
+        Array arguments above ``GRAPH_ARRAY_BYTES`` (V, w²) reach the tasks via the
+        fit store (``runtime.RoundArguments``), once, not in the task graph."""
         tick = time.perf_counter()
         n = len(self.spans)
-        futures = self.client.map(
-            func,
-            [self.store.x_ref] * n,
-            self.spans,
-            *[[a] * n for a in (self.kernel, *args)],
-            pure=False,
-        )
-        try:
-            parts = gather(self.client, futures)
-        finally:
-            self.client.cancel(futures)
+        with RoundArguments(self.store, (self.kernel, *args)) as arguments:
+            futures = self.client.map(
+                with_arguments,
+                [func] * n,
+                [self.store.x_ref] * n,
+                self.spans,
+                *[[a] * n for a in arguments.values],
+                pure=False,
+            )
+            try:
+                parts = gather(self.client, futures)
+            finally:
+                self.client.cancel(futures)
         self.counts["passes"] += 1
         self.counts["pass_seconds"] += time.perf_counter() - tick
         return np.concatenate(parts, axis=-1)
