@@ -584,9 +584,12 @@ def _kept_columns():
 def test_kept_columns_stay_within_a_share_of_the_worker_memory():
     """A worker keeps at most ``MEMORY_SHARE`` of its ``memory_limit`` in kernel
     columns (not the 1 GiB of ``COLUMN_CACHE_BYTES`` on a 400 MiB worker, which
-    would pause it): after a sparse fit through the block decomposition, the
-    worker's cache limit is that share and its columns fit in it."""
+    would pause it): during a sparse fit through the block decomposition, the
+    worker's cache limit is that share and its columns fit in it. When the fit
+    ends, whole or interrupted, the worker forgets them (they stayed, up to a
+    quarter of its memory, until evicted by another fit)."""
     import distributed
+    from resilience import Interrupted
 
     X, y = text_like(160, 20_000, 2e-3, seed=1)
     limit = 400 * 2**20
@@ -600,15 +603,39 @@ def test_kept_columns_stay_within_a_share_of_the_worker_memory():
         ) as cluster,
         distributed.Client(cluster) as small,
     ):
+        kept = []
+
+        def look(record):  # between outer iterations, on the client
+            kept.extend(small.run(_kept_columns).values())
+
         model = dask_svm.SVC(
             C=10.0,
             gamma=0.5,
-            progress=False,
+            progress=look,
             address=cluster.scheduler_address,
             **SPLIT,
         ).fit(X, y)
         assert model.fit_info_[0]["solver"] == "block decomposition"
-        ((kept_limit, size),) = small.run(_kept_columns).values()
+        after = list(small.run(_kept_columns).values())
         budget = small.submit(columns.column_budget, pure=False).result()
-    assert budget == kept_limit == int(columns.MEMORY_SHARE * limit) < 2**30
-    assert 0 < size <= kept_limit
+
+        def stop(record):
+            look(record)
+            if record.iteration == 2:
+                raise Interrupted
+
+        kept_before_stop = len(kept)
+        with pytest.raises(Interrupted):
+            dask_svm.SVC(
+                C=10.0,
+                gamma=0.5,
+                progress=stop,
+                address=cluster.scheduler_address,
+                **SPLIT,
+            ).fit(X, y)
+        after_stop = list(small.run(_kept_columns).values())
+    assert budget == int(columns.MEMORY_SHARE * limit) < 2**30
+    assert all(kept_limit == budget for kept_limit, _ in kept)
+    assert 0 < max(size for _, size in kept) <= budget
+    assert 0 < max(size for _, size in kept[kept_before_stop:])
+    assert after == after_stop == [(budget, 0)]

@@ -204,6 +204,25 @@ def column_budget():
     return min(COLUMN_CACHE_BYTES, int(MEMORY_SHARE * limit))
 
 
+def release(token):
+    """Forget this worker's kept columns and split chunks of the data whose
+    ``ChunkRef.token`` is `token` (one fit's X): run on every worker when the fit
+    ends (``release_columns``)."""
+    with _cache.lock:
+        for key in [key for key in _cache.columns if key[0][0] == token]:
+            _cache.size -= _cache.columns.pop(key).nbytes
+        for key in [key for key in _cache.splits if key[0].token == token]:
+            del _cache.splits[key]
+
+
+def release_columns(client, ref):
+    """At the end of a fit, whole or interrupted: every worker forgets the
+    columns it kept of the fit's data `ref` (up to ``MEMORY_SHARE`` of its
+    memory, which they held after the fit until evicted). A worker that fails
+    to answer (gone with its columns) is passed over."""
+    client.run(release, ref.token, on_error="ignore")
+
+
 #: Columns multiplied by their coefficients at once (a fixed partition of the
 #: moved samples, so the sums are the same with or without cached columns).
 PRODUCT_COLUMNS = 256
