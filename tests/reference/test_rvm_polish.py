@@ -93,3 +93,46 @@ def test_fast_rvr_with_the_polish_has_a_non_decreasing_trace_and_uses_it():
         np.diff(with_polish.evidence) >= -1e-9 * np.abs(with_polish.evidence[1:])
     )
     assert with_polish.n_iter < without.n_iter
+
+
+def eigen_step(g, H):
+    """|H|⁻¹g from the full eigendecomposition, eigenvalues bounded away from zero
+    by 1e-8 of the largest (the step `_ascent_direction` takes)."""
+    w, V = np.linalg.eigh(H)
+    w = np.maximum(np.abs(w), 1e-8 * max(np.abs(w).max(), 1.0))
+    return V @ ((V.T @ g) / w)
+
+
+@pytest.mark.parametrize("positive", [0, 1, 3, 7])
+def test_indefinite_newton_step_equals_the_full_eigendecomposition(positive):
+    # The step from the few eigenpairs above −1e-8‖H‖ (dsyevr and a Cholesky solve
+    # of −H + 2V₊W₊V₊ᵀ) against |H|⁻¹g from every eigenpair.
+    from kernelref.rvm.polish import _ascent_direction, _flipped_step
+
+    rng = np.random.default_rng(positive)
+    m = 60
+    V, _ = np.linalg.qr(rng.normal(size=(m, m)))
+    w = -np.exp(rng.normal(size=m) * 2)
+    w[:positive] = np.exp(rng.normal(size=positive))
+    H = (V * w) @ V.T
+    H = (H + H.T) / 2
+    g = rng.normal(size=m)
+    expected = eigen_step(g, H)
+    np.testing.assert_allclose(_ascent_direction(g, H), expected, rtol=1e-9)
+    if positive:  # the few-eigenpair path, not the full decomposition's fallback
+        np.testing.assert_allclose(_flipped_step(g, H), expected, rtol=1e-9)
+
+
+def test_an_eigenvalue_near_zero_falls_back_to_the_bounded_decomposition():
+    from kernelref.rvm.polish import _ascent_direction, _flipped_step
+
+    rng = np.random.default_rng(5)
+    m = 30
+    V, _ = np.linalg.qr(rng.normal(size=(m, m)))
+    w = -np.exp(rng.normal(size=m))
+    w[0], w[1] = 2.0, 1e-12  # one positive, one within the bound of zero
+    H = (V * w) @ V.T
+    H = (H + H.T) / 2
+    g = rng.normal(size=m)
+    assert _flipped_step(g, H) is None
+    np.testing.assert_allclose(_ascent_direction(g, H), eigen_step(g, H), rtol=1e-6)
