@@ -2,7 +2,6 @@
 
 import os
 import pathlib
-import signal
 import threading
 import time
 
@@ -11,6 +10,8 @@ import pytest
 
 dask = pytest.importorskip("dask")
 distributed = pytest.importorskip("distributed")
+
+from resilience import Interrupted, kill_a_worker  # noqa: E402
 
 from backends.dask.gp import (  # noqa: E402
     GaussianProcessClassifier,
@@ -113,7 +114,7 @@ def test_ml2_reaches_the_reference_optimum_and_resumes(address, tmp_path):
 
     def interrupt(record):
         if record.iteration == 4:
-            raise KeyboardInterrupt
+            raise Interrupted
 
     store = tmp_path / "fit"
     cut = GaussianProcessRegressor(
@@ -124,7 +125,7 @@ def test_ml2_reaches_the_reference_optimum_and_resumes(address, tmp_path):
         store=store,
         progress=interrupt,
     )
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(Interrupted):
         cut.fit(X, y)
     resumed = cut.set_params(progress=False).fit(X, y)
     assert resumed.n_resumed_ == 4
@@ -309,7 +310,7 @@ def test_fit_below_worker_memory_survives_a_killed_worker(small_workers, tmp_pat
     X, y = regression_data(N_LARGE, seed=7)
     kernel = 1.0 * RBF(0.8)
     ref = ReferenceRegressor(kernel, noise=1e-2, optimizer=None).fit(X, y)
-    pids = list(client.run(os.getpid).values())
+    pids, killed = set(client.run(os.getpid).values()), []
     store = tmp_path / "fit"
 
     def kill_one_worker():
@@ -319,7 +320,7 @@ def test_fit_below_worker_memory_survives_a_killed_worker(small_workers, tmp_pat
             if len(list((store / "factor").glob("c/*/*"))) >= 20:
                 break
             time.sleep(0.05)
-        os.kill(pids[0], signal.SIGKILL)
+        killed.append(kill_a_worker(client))
 
     killer = threading.Thread(target=kill_one_worker)
     killer.start()
@@ -332,7 +333,8 @@ def test_fit_below_worker_memory_survives_a_killed_worker(small_workers, tmp_pat
         address=client.scheduler.address,
     ).fit(X, y)
     killer.join()
-    assert pids[0] not in client.run(os.getpid).values()
+    assert len(killed) == 1 and killed[0] in pids
+    assert killed[0] not in client.run(os.getpid).values()
     close(gp.log_marginal_likelihood_value_, ref.log_marginal_likelihood_value_, 1e-8)
     close(gp.alpha_, ref.alpha_, 1e-8)
     pause = dask.config.get("distributed.worker.memory.pause")

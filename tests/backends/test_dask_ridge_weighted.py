@@ -3,7 +3,6 @@ weighted problem (label ``ridge-weighted``) with each of its solvers."""
 
 import os
 import pathlib
-import signal
 
 import numpy as np
 import pytest
@@ -11,7 +10,7 @@ import pytest
 pytest.importorskip("distributed")
 
 # tests/backends is on sys.path (rootdir-less test dir)
-from resilience import Interrupted  # noqa: E402
+from resilience import Interrupted, kill_a_worker  # noqa: E402
 from test_dask_ridge import regression_data  # noqa: E402
 
 from backends.dask import cg  # noqa: E402
@@ -257,13 +256,12 @@ def test_worker_killed_mid_weighted_fit_gives_the_reference_fit(client, tmp_path
     assert whole.n_iter_ > 4
     pids, killed = set(client.run(os.getpid).values()), []
 
-    def kill_a_worker(record):
+    def kill_one(record):
         if record.iteration == 2:
-            killed.append(next(iter(client.run(os.getpid).values())))
-            os.kill(killed[0], signal.SIGKILL)
+            killed.append(kill_a_worker(client))
 
     survived = backend(
-        name, len(X), address, tmp_path, progress=kill_a_worker, **options
+        name, len(X), address, tmp_path, progress=kill_one, **options
     ).fit(X, y, sample_weight=w)
     client.wait_for_workers(2, timeout=60)
     assert len(killed) == 1 and killed[0] not in client.run(os.getpid).values()
