@@ -462,6 +462,59 @@ with large models (m = 60-240).
   with one polish at m = 240 (item 2) costs ~65-80 ms (240 additions ~27 ms, a
   polish at m = 240 15-27 ms, 10 factorisations ~14 ms): still 1-5x.
 
+Fourteenth pass, 2026-11-25 (shared machine, load 5-13 from other work; CPU time,
+min of 5 fits per row in 4-6 rounds alternating with the code before, the order
+swapped every round, and valgrind's instruction counts, which the load does not
+move): the per-iteration cost on the rows near the line where re-estimation is the
+faster peer (F1 c=0.25 scaled s0, F3 c=1 scaled s1, F1 c=1 raw s0 and s1).
+
+- Where the time goes (each call replayed from captured states): choose_action
+  ~15 us at any m (some 50 numpy calls on P = 241 columns, 0.2-0.4 us each); an
+  addition ~28 us at m <= 5, ~47 us at m = 50-90 (some 60 calls: three gemvs with U
+  for Gram-Schmidt, u^T Phi, Psi^T w, the alignments' Psi^T psi_j, the outer
+  product of H^-1's update, and until now an einsum over all m + 1 rows of Psi for
+  the span residuals, 11 us at m = 90); a re-estimation 10-17 us; a fresh
+  factorisation ~250 us at m = 91 (L^-1 Psi, dpotri, GG^T and dpotrf; where deleted
+  directions are dropped, a QR and U W, W^T Psi too: a quarter of the refreshes' time
+  on F1 c=1). So the held phase's 90-140 additions and every iteration's choice are
+  mostly call overhead, ~45 us an iteration before any arithmetic.
+- Adopted: an addition adds only its new row's squares to the kept ||psi_i||^2
+  (FastModel.norms, coordinate_norms: numpy's einsum sums the rows in order, so this
+  is the full sum bit for bit; a test checks it); active and tau grow without
+  np.sort/np.append; action_gains takes the mask choose_action formed and fills inf
+  without np.full; count_nonzero for ndarray.all; FastModel._replace sets fields by
+  index (0.9 against namedtuple's 2.1 us for one field of 20). Bit-identical on the
+  41 rows, sinc N=2000 (both gammas) and 15 RVC fits (binary, softmax, one-vs-rest;
+  c = 0.25, 1, 4): the same evidence, vectors, iterations and factorisations.
+  Instructions per fit: F1 c=0.25 scaled s0 242 -> 232 M, F3 c=1 scaled s1 243 ->
+  233 M (-4%). CPU, order-swapped rounds: F1 c=0.25 scaled s0 21.2 -> 20.7 ms, F3
+  c=1 scaled s1 21.2 -> 20.5, F1 c=1 raw s0 41.9 -> 40.2, raw s1 40.3 -> 40.4
+  (re-estimation 36-41, 54-56 and 60-62 ms CPU on these rows in the same session);
+  over the 41 rows, with the code before always first in a round (an order bias of
+  3-5% seen), 1233 -> 1137 ms.
+- No fresh factorisation on these four rows repeats the maintained S, Q: checked at
+  each of them, every one follows a change of beta, a prune or polish, or the drop
+  of deleted directions; and every prune trial on them is taken.
+- Tried, not adopted: (1) the released run's first factorisation skipped where the
+  held phase hands on its beta without deleted directions (its rank-one S, Q kept):
+  one fewer on 24 of the 41 rows and on sinc N=2000 gamma=1/18, the same vectors and
+  iterations, evidence within 1.4e-14 relative; but on the fast chapter's trend
+  gamma = 1/72 problem the evidence moved by 4e-9 nats and the chapter's check of
+  'auto' against its first run held only as a tie: about 1% of a fit. (2) A prune
+  tried whenever two or more deletions pay, not only when the best action is one:
+  23 rows change path, 18 lower (to -3.40 nats), 4 higher, 1 033 -> 1 211 fresh
+  factorisations. (3) psi_j made contiguous before U psi_j and H^-1 psi_j (the same
+  bits): 0.3 us. (4) Psi grown into preallocated rows: 1-2.6 us an addition at
+  m = 30-139, not worth the bookkeeping against aliasing between runs; U cannot be
+  grown in place without changing BLAS's path (a strided U gave other bits at
+  m = 1 and 3). (5) action_gains inlined into choose_action: 1 us of 16.
+- What remains: F1 c=0.25 scaled s0 sits at the line (0.5-0.53 by CPU against
+  re-estimation in this session), F3 c=1 scaled s1 at ~0.57-0.6, F1 c=1 raw s0 and
+  s1 at 0.65-0.75 (polishes at m = 85-140, 130 additions, 20-30 refreshes at
+  m = 85-140). Removing call overhead cannot halve these rows: the floor is ~45 us
+  an iteration of numpy calls, and fewer iterations or factorisations change the
+  path.
+
 sklearn-rvm (``pip install sklearn-rvm``) is a benchmark-only peer; where it does
 not import, the benchmark says so and compares with re-estimation alone. Its EM
 reports no evidence, so only its time and vector count are shown.

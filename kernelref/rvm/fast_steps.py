@@ -121,11 +121,29 @@ POLISH_EVERY = 20
 #: ``noise_estimate``, the β (rvm-noise) gave at the last check of a held phase
 #: (``FastLoop(release=...)``), or None; ``norms``, ‖ψ_i‖² (`coordinate_norms`),
 #: from which ``residual`` is formed, or None where they are not kept.
-FastModel = namedtuple(
-    "FastModel",
-    "active alpha beta U Psi tau perp residual S Q G align log_evidence "
-    "since_fresh interval drift n_fresh dead noise_estimate norms",
-)
+class FastModel(
+    namedtuple(
+        "FastModel",
+        "active alpha beta U Psi tau perp residual S Q G align log_evidence "
+        "since_fresh interval drift n_fresh dead noise_estimate norms",
+    )
+):
+    __slots__ = ()
+
+    def _replace(self, **changes):
+        """namedtuple's ``_replace``, in half its time where a few of the 20 fields
+        change (the loop replaces one or two at most iterations: 0.9 against 2.1 µs)."""
+        values = list(self)
+        try:
+            for name, value in changes.items():
+                values[_FIELD_INDEX[name]] = value
+        except KeyError:
+            unknown = [name for name in changes if name not in _FIELD_INDEX]
+            raise ValueError(f"Got unexpected field names: {unknown!r}") from None
+        return tuple.__new__(type(self), values)
+
+
+_FIELD_INDEX = {name: i for i, name in enumerate(FastModel._fields)}
 
 
 def initial_model(Phi, active, alpha, beta):
