@@ -490,8 +490,9 @@ faster peer (F1 c=0.25 scaled s0, F3 c=1 scaled s1, F1 c=1 raw s0 and s1).
   233 M (-4%). CPU, order-swapped rounds: F1 c=0.25 scaled s0 21.2 -> 20.7 ms, F3
   c=1 scaled s1 21.2 -> 20.5, F1 c=1 raw s0 41.9 -> 40.2, raw s1 40.3 -> 40.4
   (re-estimation 36-41, 54-56 and 60-62 ms CPU on these rows in the same session);
-  over the 41 rows, with the code before always first in a round (an order bias of
-  3-5% seen), 1233 -> 1137 ms.
+  over the 41 rows (4 order-swapped rounds, 8801bbe against 8881b57) 1245 -> 1183
+  ms, 40 rows faster, the median row by 6% (-12% to +1%); with the code before
+  always first in a round the same comparison gave -8%: an order bias of 3-5%.
 - No fresh factorisation on these four rows repeats the maintained S, Q: checked at
   each of them, every one follows a change of beta, a prune or polish, or the drop
   of deleted directions; and every prune trial on them is taken.
