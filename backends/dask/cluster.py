@@ -10,6 +10,7 @@ import asyncio
 import atexit
 import logging
 import os
+import sys
 import threading
 
 #: Share of the machine's memory given to the embedded cluster's workers; the
@@ -63,10 +64,12 @@ def running_client(address=None, timeout=None):
     ``address`` if given, else the active client; None when ``get_client``
     would start the embedded cluster. Work that is small enough for this
     process (a prediction from a saved model, say) runs here on None."""
-    import distributed
-
     if address is not None:
         return get_client(address, timeout)
+    if "distributed" not in sys.modules:  # then no client is active: not imported
+        return None  # (importing it takes a second or two)
+    import distributed
+
     try:
         return distributed.get_client()
     except ValueError:
