@@ -28,6 +28,7 @@ in pieces in a reused buffer and returning only its c entries.
 import copy
 import hashlib
 import time
+import uuid
 
 import numpy as np
 
@@ -199,13 +200,14 @@ class StreamedDesign:
         tick = time.perf_counter()
         n = len(self.spans)
         with RoundArguments(self.store, (self.kernel, *args)) as arguments:
+            round_key = f"{func.__name__}-{uuid.uuid4().hex}"  # the dashboard's name
             futures = self.client.map(
                 with_arguments,
                 [func] * n,
                 [self.store.x_ref] * n,
                 self.spans,
                 *[[a] * n for a in arguments.values],
-                pure=False,
+                key=[f"{round_key}-{i}" for i in range(n)],
             )
             try:
                 parts = gather(self.client, futures)
