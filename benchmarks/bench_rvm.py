@@ -516,6 +516,49 @@ faster peer (F1 c=0.25 scaled s0, F3 c=1 scaled s1, F1 c=1 raw s0 and s1).
   an iteration of numpy calls, and fewer iterations or factorisations change the
   path.
 
+Fifteenth pass, 2026-11-25 (shared machine, load 3-5; CPU time, polishes replayed
+from captured inputs, whole fits best of 5 in 4 alternated rounds): the Newton
+polish (kernelref.rvm.polish) on the rows near the line. Nothing was adopted.
+
+- Measured. Polish CPU against the fit: F3 c=1 scaled s1 3.6 of 19.8 ms (6 polishes, m
+  = 30-35, 47 steps); F1 c=0.25 scaled s0 3.8 of 18.8 (4, m = 36-39, 39 steps); F1 c=1
+  raw s0 14.0 of 41.1 (3 polishes, 51 steps; the first 9.8 ms: 30 steps, 139 -> 85
+  functions in 8 deletion rounds after 8 indefinite Newton steps). A step at m = 30-38
+  takes 70-100 us, about 25 numpy/LAPACK calls of 0.1-4 us each: posterior 12-14 us,
+  Sigma 7-10, derivatives 24, Newton system 8-10 (50 where H is indefinite), s and q
+  3. At m = 139: 63, 128, 75, and 510 for the indefinite system (dsyevr 435 us, 238 of
+  them the tridiagonal reduction; the failed Cholesky of -H 38). Over the 41 rows: 211
+  polishes, 1229 Newton steps, 211 stopping checks, 274 deletion rounds, 209
+  backtracks, 231 capped first steps, 257 indefinite steps (5 of them through the full
+  eigh). Most polishes converge quadratically: the step before the stopping check
+  predicts a gain of 1e-8-1e-6.
+- Tried, not adopted: (1) stopping when the predicted gain g^T|H|^-1 g/2 < 1e-7,
+  without the stopping step: 1503 -> 1470 steps of the loop's polishes, but 11 rows
+  end up to 2.5e-8 nats lower, with +7 loop iterations and +2 factorisations; the 41
+  rows took 1209.0 -> 1213.4 ms (rows -3.8% to +4.5%, noise). At 1e-6: 23 rows lower
+  (up to 4e-7) and +51 iterations. (2) Doubling an accepted full step when it gained
+  more than 1.1x the prediction: 8% fewer steps, but the same polish CPU (the extra
+  posterior), and sinc N=100 s2 lost 0.41 nats (another path). (3) Clipping each
+  coordinate of a capped step instead of scaling the whole step (scaling kept as the
+  fallback): 6% fewer steps, the same polish CPU; F2 c=4 raw s0 -0.69, F3 c=1 scaled
+  s1 -0.11, sinc N=100 s2 -0.41 nats. (4) dsyevx in place of dsyevr: 407 against 440
+  us at m = 140, under 1% of the F1 c=1 fits (scipy wraps neither dormtr nor dorgtr,
+  so the reduction cannot be paired with dstebz/dstein). (5) Reusing the Hessian's
+  factorisation in the line search does not apply: H is factorised once a step, and
+  each of the 209 backtracks needs the posterior at new alpha. (6) Warm starts from
+  the last polish's curvature were not tried: H changes with alpha, beta and m over
+  the at least 20 iterations between polishes, and (2)-(3) show that other paths cost
+  nats.
+- What remains: at m = 30-40 a polish step is at the floor set by numpy's call
+  overhead. Trimming temporaries would save 3-5 us a step (5% of a polish), under 1%
+  of a fit, inside the +-3-4% noise of rows whose path did not change. Polishes
+  costing nothing would bring F3 c=1 scaled s1 to ~0.45x and F1 c=0.25 scaled s0 to
+  ~0.42x, F1 c=1 raw s0 to ~0.46x; reaching 0.5 needs the polishes 0-30% cheaper on F1
+  c=0.25 scaled s0 (0.50-0.53), half as costly on F3 c=1 scaled s1 (0.55) and ~85%
+  cheaper on F1 c=1 raw s0 (0.7). That is fewer steps or fewer polishes, and every
+  step rule tried here moved paths; POLISH_RATIO and POLISH_EVERY set the number of
+  polishes (a ratio of 10 lost 25 nats).
+
 sklearn-rvm (``pip install sklearn-rvm``) is a benchmark-only peer; where it does
 not import, the benchmark says so and compares with re-estimation alone. Its EM
 reports no evidence, so only its time and vector count are shown.
