@@ -416,6 +416,57 @@ Gaussian approximations on one-vs-rest, path by path; one change adopted.
   tenths of a nat to nats (the paths are chaotic); what is left is the cost per
   approximation, in ``kernelref.rvm.fast`` and the Newton modes.
 
+A tenth pass (2026-11-25, 00:35-02:20 UTC, machine shared, load 5-16): the Laplace
+modes, and the collapses that made paths cycle (``rvc_fast.guarded_mode``).
+- Newton was not at fault. On digits class 4 (``bench_rvc_softmax``, N = 1200, one-vs-
+  rest; the path before f21e30b's joins) every mode, the bad ones included (117 points
+  confidently wrong, L = -702.9), is scipy's minimiser of the negative log posterior
+  at its alpha (trust-exact from 0 and from the library's mode: |dw|/|w| < 1e-6, the
+  gradient 1e-15). The alpha were wrong: the approximation made at a saturated mode
+  (points far from the boundary, B ~ e^-|a|: three points at a ~ 0 carry it) deletes
+  the weights of small alpha (1e-6 to 1e-5, |w| 80-410) that keep the rest right, the
+  mode at its alpha gets them wrong, and the path cycles back. iris s0 c = 1 softmax
+  is the same: -13.95 -> -46.4 nats each turn (deleting two weights of alpha ~
+  10^-2.6, |w| ~ 20), a period of 9 approximations, ``STALL_PATIENCE`` stopping it
+  after 75 with a ConvergenceWarning; without Aitken's extrapolation it still
+  collapses. On the 48 rows the largest falls between a path's consecutive modes
+  are 41.2 and 35.9 (wine s0 c = 4 ovr) and 32.4 (that iris row), then 6.5.
+- Adopted: where the mode at an approximation's alpha falls more than
+  ``abandon_margin`` below the last mode's evidence after it deleted basis functions,
+  the approximation is cut back to the model it was made at (its re-estimated alpha
+  taken, its deletions and additions not), if that mode is higher. All 48 rows take
+  bit for bit the same paths except two: iris s0 c = 1 softmax converges, no warning,
+  38 approximations (75), -14.02 nats: 0.07 below the -13.95 the cycle returned
+  (its best, an extrapolated mode) and 0.13 above re-estimation's -14.16, ratio 0.14
+  -> 0.09 (the one row that loses more than 0.01); wine s0 c = 4 ovr +2.99 nats (gap
+  +0.76 -> +3.74), 143 approximations (153), loop iterations 899 -> 996, ratio 0.58
+  -> 0.57 (0.58 -> 0.55 in a second pair). Met on 39 and 39 of 48 before, 39 and 40
+  after (two alternated pairs; the 40th, wine s0 c = 0.25 ovr, takes the same path
+  in both codes: ratio 0.39-0.92 over the four runs).
+- Also (``rvc_laplace``): from a start that gets points labelled 0 wrong by a > 37,
+  B = sigma(1 - sigma) rounded to 0 and dropped their gradient from the Newton step,
+  which then stopped at Psi = -1613 or -3800 instead of -0.0067; beyond |a| ~ 1400 t~
+  overflowed (NonFiniteError): 46 of 160 random starts of scale 30-3000 failed on a
+  separable problem, none now (B^1/2 from logarithms there, and the step as
+  Sigma(Phi~^T Phi~ w + Phi^T(t - y)) where t~ overflows). Bit for bit the same on
+  the 48 rows.
+- Tried, not adopted: restoring the deleted functions but keeping the additions:
+  iris cycles with period 5 (111 approximations, -0.13 nats). The restored alpha
+  shifted together by e^s, s in [-7, 7] by the Laplace evidence (Brent): iris
+  converges at +0.016, but on digits one-vs-rest s runs to -4 to -4.6 at each
+  restoration, alpha to 1e-9 and |a| to 7e3: class 7 at N = 400 -11.9 -> -4.3 nats
+  with the test NLL 0.125 -> 0.320, the ten-class error 0.183 -> 0.208 (N = 400) and
+  0.107 -> 0.126 (N = 1200): the Laplace evidence of a separable class rises towards
+  hard separation. s in [0, 7] (towards the deletion): s = 0 was best at every
+  restoration measured, hence the plain cut-back. Stopping the path at its first
+  collapse: iris -14.23 (-0.28). Restoring a model at the growth bound (400
+  weights): digits softmax N = 700 kept 400 weights at each approximation, 15 ->
+  241 s CPU: excursions to the bound are not restored.
+- Better modes do not move the four evidence misses (cancer s1 c = 1 and 0.25, wine
+  s1 c = 0.25 ovr, wine s0 c = 0.25 softmax): their kept modes are scipy's (BFGS from
+  the mode gains at most 1e-14 in Psi; from 0 it ends 5e-11 lower), and no collapse
+  occurs on them.
+
 sklearn-rvm (``pip install sklearn-rvm``, the ``bench`` extra) is a benchmark-only
 peer; where it does not import, the benchmark says so and compares with
 re-estimation alone. Its EM reports no Laplace evidence, so only its time, vector

@@ -29,7 +29,12 @@ from collections import namedtuple
 import numpy as np
 from scipy.linalg import lapack
 
-from kernelref.laplace import damped_newton, likelihood_curvature, log_likelihood
+from kernelref.laplace import (
+    damped_newton,
+    likelihood_curvature,
+    log_likelihood,
+    log_likelihood_gradient,
+)
 from kernelref.rvm.design import precision_factor
 from kernelref.rvm.reestimate import GAMMA_MIN, gamma_factors, reestimate_alpha
 from kernelref.rvm.regression import ALPHA_MAX
@@ -37,6 +42,7 @@ from kernelref.rvm.regression import ALPHA_MAX
 __all__ = [
     "BERNOULLI",
     "Bernoulli",
+    "CANCELLATION_A",
     "ClassifierFit",
     "Laplace",
     "MAX_NEWTON_ITER",
@@ -51,6 +57,11 @@ __all__ = [
 #: Newton steps per mode at most. From a warm start a mode takes a handful;
 #: from w = 0 on separable data, where small α lets w grow large, a few dozen.
 MAX_NEWTON_ITER = 100
+
+#: Above this a, σ(a)(1 − σ(a)) loses its factor 1 − σ(a) < 2.1e-9 to
+#: cancellation (and is 0 beyond a ≈ 37): `Bernoulli.row_weights` forms B^½
+#: of a point labelled 0 there from logarithms instead.
+CANCELLATION_A = 20.0
 
 #: The Laplace approximation at the mode: ``mu`` = w*, ``Sigma`` and the lower
 #: Cholesky factor ``L`` of Σ⁻¹ = ΦᵀBΦ + A, and the approximate log evidence.
@@ -92,10 +103,27 @@ class Bernoulli:
 
     @staticmethod
     def row_weights(a, t):
-        """B^½ and t̃ = B^½t̂ of `whiten`: Φ̃ = diag(B^½)Φ scales Φ's rows."""
+        """B^½ and t̃ = B^½t̂ of `whiten`: Φ̃ = diag(B^½)Φ scales Φ's rows.
+
+        Where a point labelled 0 has a > `CANCELLATION_A` (confidently wrong, as
+        at a wild Newton start), B^½ = e^(−½(log(1 + e^a) + log(1 + e^(−a)))):
+        σ(a)(1 − σ(a)) would round it to 0 and drop the point's gradient
+        B^½·B^(−½)(t − y) = −y from the Newton step. t̃ is +∞ on points wrong by
+        |a| ≳ 1400 (`laplace_posterior` steps without it there).
+        """
         B_sqrt = np.sqrt(likelihood_curvature(a))
+        wrong = (a > CANCELLATION_A) & (t == 0)
+        if wrong.any():
+            log_B = -np.logaddexp(0.0, a[wrong]) - np.logaddexp(0.0, -a[wrong])
+            B_sqrt[wrong] = np.exp(0.5 * log_B)
         sign = 2.0 * t - 1.0
-        return B_sqrt, B_sqrt * a + sign * np.exp(-0.5 * sign * a)
+        with np.errstate(over="ignore"):
+            return B_sqrt, B_sqrt * a + sign * np.exp(-0.5 * sign * a)
+
+    @staticmethod
+    def residual(a, t):
+        """t − y, the likelihood's gradient in a (label ``rvc-irls``)."""
+        return log_likelihood_gradient(a, t)
 
 
 BERNOULLI = Bernoulli()
@@ -120,14 +148,24 @@ def laplace_posterior(
     Implements (rvc-irls) by ``kernelref.laplace.damped_newton`` from `w0`
     (w = 0 unless an α loop warm-starts it at the previous mode: deterministic
     either way), then (rvc-sigma) and (rvc-laplace-evidence). Each Newton
-    iterate ΣΦᵀBt̂ is ``design.posterior``'s mean for the whitened problem.
+    iterate ΣΦᵀBt̂ is ``design.posterior``'s mean for the whitened problem; from
+    a start that gets points wrong by |a| ≳ 1400, where t̃ overflows, it is
+    Σ(Φ̃ᵀΦ̃w + Φᵀ(t − y)) (the likelihood's ``residual``), the same step.
     """
 
     def objective(w):
         return log_posterior(Phi, t, alpha, w, likelihood)
 
     def newton_step(w):
-        return posterior_mean(*likelihood.whiten(Phi, Phi @ w, t), alpha)
+        a = Phi @ w
+        Phi_tilde, t_tilde = likelihood.whiten(Phi, a, t)
+        if np.all(np.isfinite(t_tilde)):
+            return posterior_mean(Phi_tilde, t_tilde, alpha)
+        # t̃ overflows on points wrong by |a| ≳ 1400; Φ̃ᵀt̃ = Φ̃ᵀΦ̃w + Φᵀ(t − y)
+        # does not (the same step: B^½ cancels between Φ̃ and the residual)
+        L = precision_factor(Phi_tilde, alpha, 1.0)
+        rhs = Phi_tilde.T @ (Phi_tilde @ w) + Phi.T @ likelihood.residual(a, t)
+        return lapack.dpotrs(L, rhs, lower=1)[0]
 
     w0 = np.zeros(Phi.shape[1]) if w0 is None else w0
     result = damped_newton(objective, newton_step, w0, max_iter=max_iter)

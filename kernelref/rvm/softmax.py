@@ -70,6 +70,11 @@ class Softmax:
             np.sum(t.reshape(-1, self.K) * (A - logsumexp(A, axis=1, keepdims=True)))
         )
 
+    def residual(self, a, t):
+        """t − y, the likelihood's gradient in a (flat, as a and t are)."""
+        A = a.reshape(-1, self.K)
+        return t - np.exp(A - logsumexp(A, axis=1, keepdims=True)).ravel()
+
     def whiten(self, Phi, a, t):
         """Φ̃ = R Φ and t̃ = R a + r with RᵀR = B and Rᵀr = t − y (label
         ``rvc-linearised-target``), R block diagonal with one K×K block per point
@@ -98,7 +103,8 @@ class Softmax:
         # (t − y)/u = t/u − u: exact where a class is confidently ruled out (t = 0,
         # u underflowing to 0), where the quotient itself would be 0/0.
         T = t.reshape(-1, self.K)
-        r = np.divide(T, u, out=np.zeros_like(u), where=T > 0) - u
+        with np.errstate(divide="ignore", over="ignore"):  # +∞ where y ≲ e^−1400
+            r = np.divide(T, u, out=np.zeros_like(u), where=T > 0) - u
         t_tilde = np.einsum("njk,nk->nj", R, A) + r
         return R, t_tilde.ravel()
 
