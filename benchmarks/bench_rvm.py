@@ -518,7 +518,8 @@ faster peer (F1 c=0.25 scaled s0, F3 c=1 scaled s1, F1 c=1 raw s0 and s1).
 
 Fifteenth pass, 2026-11-25 (shared machine, load 3-5; CPU time, polishes replayed
 from captured inputs, whole fits best of 5 in 4 alternated rounds): the Newton
-polish (kernelref.rvm.polish) on the rows near the line. Nothing was adopted.
+polish (kernelref.rvm.polish) on the rows near the line. No step rule was adopted;
+a trim of the step's temporaries was.
 
 - Measured. Polish CPU against the fit: F3 c=1 scaled s1 3.6 of 19.8 ms (6 polishes, m
   = 30-35, 47 steps); F1 c=0.25 scaled s0 3.8 of 18.8 (4, m = 36-39, 39 steps); F1 c=1
@@ -549,15 +550,25 @@ polish (kernelref.rvm.polish) on the rows near the line. Nothing was adopted.
   the last polish's curvature were not tried: H changes with alpha, beta and m over
   the at least 20 iterations between polishes, and (2)-(3) show that other paths cost
   nats.
+- Adopted: _derivatives forms alpha(mu^2 + diag Sigma) once for g and H's diagonal,
+  1/2 aa^T as (a/2)a^T (the halving is exact), and g without np.append; log 2pi is a
+  constant. Bit-identical: the 211 polishes of the 41 rows replayed give the same
+  bits, and the 41 rows and sinc N=2000 the same evidence, vectors, iterations and
+  factorisations. Replayed polishes, two alternated runs: -2.6% to -6.5% on the five
+  rows of small models (F3 c=1 scaled s1 3.07 -> 2.96 ms, F1 c=0.25 scaled s0 2.70 ->
+  2.59), -1.6% and +1.6% (noise) on F1 c=1 raw s0. Whole fits (load ~1, 4 rounds,
+  best of 5): 41 rows 1149.6 -> 1145.0 ms (-0.4%), 29 rows faster; F3 c=1 scaled s1
+  18.54 -> 18.22, F1 c=0.25 scaled s0 18.62 -> 18.54. Diagonals stay written through
+  .flat: Sigma from dpotri is in Fortran order, where reshape(-1) copies (tried: every
+  row broke).
 - What remains: at m = 30-40 a polish step is at the floor set by numpy's call
-  overhead. Trimming temporaries would save 3-5 us a step (5% of a polish), under 1%
-  of a fit, inside the +-3-4% noise of rows whose path did not change. Polishes
-  costing nothing would bring F3 c=1 scaled s1 to ~0.45x and F1 c=0.25 scaled s0 to
-  ~0.42x, F1 c=1 raw s0 to ~0.46x; reaching 0.5 needs the polishes 0-30% cheaper on F1
-  c=0.25 scaled s0 (0.50-0.53), half as costly on F3 c=1 scaled s1 (0.55) and ~85%
-  cheaper on F1 c=1 raw s0 (0.7). That is fewer steps or fewer polishes, and every
-  step rule tried here moved paths; POLISH_RATIO and POLISH_EVERY set the number of
-  polishes (a ratio of 10 lost 25 nats).
+  overhead, and the trims above are under 1% of a fit. Polishes costing nothing would
+  bring F3 c=1 scaled s1 to ~0.45x and F1 c=0.25 scaled s0 to ~0.42x, F1 c=1 raw s0 to
+  ~0.46x; reaching 0.5 needs the polishes 0-30% cheaper on F1 c=0.25 scaled s0
+  (0.50-0.53), half as costly on F3 c=1 scaled s1 (0.55) and ~85% cheaper on F1 c=1
+  raw s0 (0.7). That is fewer steps or fewer polishes, and every step rule tried here
+  moved paths; POLISH_RATIO and POLISH_EVERY set the number of polishes (a ratio of 10
+  lost 25 nats).
 
 sklearn-rvm (``pip install sklearn-rvm``) is a benchmark-only peer; where it does
 not import, the benchmark says so and compares with re-estimation alone. Its EM

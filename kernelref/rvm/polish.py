@@ -37,6 +37,8 @@ __all__ = [
 #: No Newton step moves any log α_i or log β by more than this (a factor e³).
 MAX_LOG_STEP = 3.0
 
+_LOG_2PI = np.log(2 * np.pi)
+
 
 #: The result of `newton_polish`: α of the model's columns (∞ for those it
 #: deleted), β, the log evidence, the steps taken (Newton steps and deletions),
@@ -57,7 +59,7 @@ def _posterior(K, Rt_tau, tau_tau, perp, alpha, beta, N):
     e = perp + max(tau_tau - 2 * mu @ Rt_tau + mu @ (K @ mu), 0.0)
     log_det = 2.0 * np.log(L.diagonal()).sum()
     log_evidence = -0.5 * (
-        N * np.log(2 * np.pi)
+        N * _LOG_2PI
         - N * np.log(beta)
         - np.log(alpha).sum()
         + log_det
@@ -90,15 +92,14 @@ def evidence_derivatives(R, tau, perp, alpha, beta, N, learn_beta=True):
 def _derivatives(Sigma, mu, e, alpha, beta, N, learn_beta):
     m = len(alpha)
     d = Sigma.diagonal()
-    g = 0.5 * (1.0 - alpha * (mu**2 + d))
+    a_md = alpha * (mu**2 + d)  # α_i(μ_i² + Σ_ii), in g and on H's diagonal
     a_mu = alpha * mu
     # H = (Aμ)(Aμ)ᵀ∘Σ + ½ααᵀ∘Σ∘Σ, in place (the same products, fewer m×m arrays),
     # written straight into the (m + 1)×(m + 1) Hessian when β is learnt
     out = np.empty((m + 1, m + 1) if learn_beta else (m, m))
     H = np.multiply(a_mu[:, None], a_mu, out=out[:m, :m])  # np.outer's arithmetic
     H *= Sigma
-    half = np.multiply(alpha[:, None], alpha)
-    half *= 0.5
+    half = np.multiply(0.5 * alpha[:, None], alpha)  # ½ααᵀ (×½ is exact)
     half *= np.square(Sigma)
     if learn_beta:
         # ½α_i(ΣAΣ)_ii = Σ_j ½α_iα_jΣ_ij² and ½tr (AΣ)² = Σ_ij ½α_iα_jΣ_ij²: the
@@ -107,9 +108,9 @@ def _derivatives(Sigma, mu, e, alpha, beta, N, learn_beta):
         tr_ASAS = 2.0 * half_SAS.sum()
     H += half
     step = len(out) + 1  # H's diagonal, in the flat order of ``out``
-    out.flat[: m * step : step] -= 0.5 * alpha * (mu**2 + d)
+    out.flat[: m * step : step] -= 0.5 * a_md
     if not learn_beta:
-        return g, out
+        return 0.5 * (1.0 - a_md), out
     nu = Sigma @ a_mu  # ΣAμ
     tr_AS = alpha @ d
     g_beta = 0.5 * (N - m + tr_AS - beta * e)
@@ -117,7 +118,10 @@ def _derivatives(Sigma, mu, e, alpha, beta, N, learn_beta):
     h_bb = 0.5 * (-tr_AS + tr_ASAS - beta * e) + a_mu @ nu
     out[:m, m] = out[m, :m] = h_ab
     out[m, m] = h_bb
-    return np.append(g, g_beta), out
+    g = np.empty(m + 1)
+    np.multiply(0.5, 1.0 - a_md, out=g[:m])
+    g[m] = g_beta
+    return g, out
 
 
 def _ascent_direction(g, H):
