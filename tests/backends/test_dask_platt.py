@@ -21,6 +21,7 @@ import pytest
 pytest.importorskip("distributed")
 pytest.importorskip("zarr")
 
+import problems  # noqa: E402
 from resilience import Interrupted, StopInRun  # noqa: E402
 
 from backends.dask import svm as dask_svm  # noqa: E402
@@ -41,14 +42,8 @@ PARAMS = {"SVC": dict(C=2.0, gamma=0.5), "NuSVC": dict(nu=0.4, gamma=0.5)}
 PROBABILITY_ATOL = 5 * TOL
 
 
-def classification(n, n_classes=2, seed=1):
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, 4))
-    score = X[:, 0] * X[:, 1] + 0.5 * np.sin(2 * X[:, 2]) + 0.3 * rng.normal(size=n)
-    if n_classes == 2:
-        return X, np.where(score > 0, 1, 0)
-    edges = np.quantile(score, np.linspace(0, 1, n_classes + 1)[1:-1])
-    return X, np.digitize(score, edges)
+def classification(n, n_classes=2):
+    return problems.classification(n, n_classes, seed=1)
 
 
 def backend(name, client, **options):

@@ -20,6 +20,7 @@ distributed = pytest.importorskip("distributed")
 da = pytest.importorskip("dask.array")
 zarr = pytest.importorskip("zarr")
 
+from problems import classification  # noqa: E402
 from resilience import Interrupted, kill_a_worker  # noqa: E402
 from terminal import stderr_on_a_terminal  # noqa: E402
 
@@ -38,16 +39,6 @@ BACKEND = dict(partition_size=700, working_set_size=512, chunk_size=512, progres
 # that, while no worker can hold K.
 N_LARGE = 5500
 MEMORY_LIMIT = int(0.9 * 8 * N_LARGE**2)
-
-
-def classification(n, n_classes=2, seed=0):
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, 4))
-    score = X[:, 0] * X[:, 1] + 0.5 * np.sin(2 * X[:, 2]) + 0.3 * rng.normal(size=n)
-    if n_classes == 2:
-        return X, np.where(score > 0, 1, 0)
-    edges = np.quantile(score, np.linspace(0, 1, n_classes + 1)[1:-1])
-    return X, np.digitize(score, edges)
 
 
 def regression(n, seed=0):
