@@ -23,7 +23,8 @@ describe: each iteration is `choose_action` and then `add_basis_function`,
 `reestimate_basis_function` or `delete_basis_function`, O(Pm) each, or one of
 two joint actions that `FastLoop` takes when they pay more: a Newton polish of
 every α (`kernelref.rvm.polish`) and a prune of several deletions at once
-(``kernelref.rvm.joint_steps``).
+(``kernelref.rvm.joint_steps``). Asked to, a converged loop also screens swaps
+of a basis function for a column outside the model (``kernelref.rvm.swaps``).
 """
 
 import math

@@ -93,7 +93,7 @@ REFRESH_INTERVAL_MAX = 1024
 POLISH_NEAR = 1.0
 
 #: With β learnt, it also polishes once the re-estimations together would gain at
-#: least POLISH_RATIO times the best addition or deletion (`_polish_pays`): the
+#: least POLISH_RATIO times the best addition or deletion (`polish_pays`): the
 #: model's α, not its membership, then hold the evidence back, and coordinate
 #: ascent would settle them in hundreds of small steps (the benchmark's Friedman #1,
 #: c = 1, raw, seed 0: 713 of 967 iterations were re-estimations, within 0.1 nats

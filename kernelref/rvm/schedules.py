@@ -13,7 +13,8 @@ orthonormal coordinates are taken as they are, and S, Q too where that run ended
 on a fresh factorisation (a converged run does), so a run costs no QR of the
 model's columns, no UᵀΦ and no factorisation to start (measured on
 ``benchmarks/bench_rvm.py``'s 41 rows: the same basis functions and evidence, to
-rounding, 3–4% less CPU time; the twelfth pass in its docstring).
+rounding; with μ and Σ formed once, for the run kept, and two smaller cuts,
+11% less CPU time; the twelfth pass in its docstring).
 The constants below are the schedules' budgets, with what was measured to choose
 them. `fast_regression` runs a schedule on the user's columns.
 """
