@@ -467,6 +467,22 @@ modes, and the collapses that made paths cycle (``rvc_fast.guarded_mode``).
   the mode gains at most 1e-14 in Psi; from 0 it ends 5e-11 lower), and no collapse
   occurs on them.
 
+An eleventh pass (2026-11-25, 02:28-02:34 UTC, load low, one run each, wall time):
+the joint prune (``joint_steps.pruned_model``) for the RVC. ``FastLoop`` takes it only
+with ``update_beta``, so the RVC's approximations (beta = 1 held) delete one at a time;
+no flag enables it. Measured with the gate removed (an experiment copy, not kept),
+single fits of the 48 rows against the same code unchanged, run side by side: loop
+iterations -20% to -65% (wine ovr 311/406/996/328/360/801 -> 214/266/609/208/233/588),
+approximations -8 to +12, wine ovr ratios 0.53/0.65/0.61/0.95/0.82/1.31 ->
+0.48/0.58/0.46/0.74/0.74/1.11 (a wine-only pair, best of 5: 0.49/0.63/0.55/0.80/0.85/
+1.20 -> 0.46/0.56/0.45/0.73/0.75/1.13). But the paths move: classif s0 c = 0.25 -2.64
+and ripley s1 c = 1 -1.87 nats (both now miss the evidence target; the ripley basin is
+the one the ninth pass's empty-path variant reached), wine s0 c = 4 ovr -0.39, iris s0
+c = 1 softmax -0.08; gains on moons s0 c = 1 +0.64, classif s1 c = 1 +0.96, iris s1
+c = 4 softmax +0.77. Evidence on 44 -> 42 rows, met on 38 -> 39 (time noise). Not
+adopted (and it needs a change to ``fast.py``); a prune confined to the re-estimated
+path's first approximation was not measured (no time).
+
 sklearn-rvm (``pip install sklearn-rvm``, the ``bench`` extra) is a benchmark-only
 peer; where it does not import, the benchmark says so and compares with
 re-estimation alone. Its EM reports no Laplace evidence, so only its time, vector
