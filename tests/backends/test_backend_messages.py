@@ -75,15 +75,21 @@ def test_other_targets_are_named_without_an_unchanged_X(client, tmp_path):
     assert "problems differs (the targets" in mismatch
 
 
-def test_a_resumed_fit_says_it_resumed(client, tmp_path, caplog):
-    X, y = data(300, seed=3)
-    t = np.sinc(X[:, 0]) + 0.05 * y
+def sinc_fit(client, tmp_path, seed):
+    """A regression problem of 300 points and the RVR options of a fit into
+    ``tmp_path/r.zarr`` on the cluster, for the resume tests."""
+    X, y = data(300, seed=seed)
     options = dict(
         gamma=0.5,
         chunk_size=100,
         store=tmp_path / "r.zarr",
         address=client.scheduler.address,
     )
+    return X, np.sinc(X[:, 0]) + 0.05 * y, options
+
+
+def test_a_resumed_fit_says_it_resumed(client, tmp_path, caplog):
+    X, t, options = sinc_fit(client, tmp_path, seed=3)
 
     def stop_at_3(record):
         assert record.resumed_from is None  # a fit from its start
@@ -167,14 +173,7 @@ class Terminal(io.StringIO):
 
 
 def test_a_resumed_fit_says_so_on_its_progress_bar(client, tmp_path, monkeypatch):
-    X, y = data(300, seed=4)
-    t = np.sinc(X[:, 0]) + 0.05 * y
-    options = dict(
-        gamma=0.5,
-        chunk_size=100,
-        store=tmp_path / "r.zarr",
-        address=client.scheduler.address,
-    )
+    X, t, options = sinc_fit(client, tmp_path, seed=4)
 
     def stop_at_2(record):
         if record.iteration == 2:
