@@ -11,13 +11,19 @@ import scipy.sparse
 pytest.importorskip("distributed")
 
 import kernelref  # noqa: E402
-from backends.dask import GaussianProcessClassifier as DaskGaussianProcessClassifier  # noqa: E402
-from backends.dask import GaussianProcessRegressor as DaskGaussianProcessRegressor  # noqa: E402
+from backends.dask import (  # noqa: E402
+    GaussianProcessClassifier as DaskGaussianProcessClassifier,
+)
+from backends.dask import (  # noqa: E402
+    GaussianProcessRegressor as DaskGaussianProcessRegressor,
+)
 from backends.dask import KernelPCA as DaskKernelPCA  # noqa: E402
 from backends.dask import KernelRidge as DaskKernelRidge  # noqa: E402
 from backends.dask import svm as dask_svm  # noqa: E402
 from kernelref import svm as reference  # noqa: E402
-from kernelref.gp import GaussianProcessRegressor as ReferenceGaussianProcessRegressor  # noqa: E402
+from kernelref.gp import (  # noqa: E402
+    GaussianProcessRegressor as ReferenceGaussianProcessRegressor,
+)
 from kernelref.gp_classify import (
     GaussianProcessClassifier as ReferenceGaussianProcessClassifier,  # noqa: E402
 )
