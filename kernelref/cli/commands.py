@@ -533,9 +533,7 @@ def _kkt(model, X, y, w, args):
     if not hasattr(model, "dual_problems"):
         return {}
     provenance = io.read_header(args.model_file)["provenance"]
-    if provenance.get("data", {}).get("sha256") != data.fingerprint(args.data).get(
-        "sha256"
-    ):
+    if not data.same_data(provenance.get("data", {}), args.data):
         return {"kkt": "not shown: the data are not the model's training data"}
     weight = provenance.get("weight")
     if weight is not None and w is None:

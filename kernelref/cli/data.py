@@ -436,14 +436,33 @@ def _lazy(array):
 
 
 def fingerprint(path):
-    """sha256 of the data file's bytes (of its file list for a directory store)."""
+    """sha256 of the data file's bytes; for a directory (a Zarr store), of every
+    file's relative path and bytes, so that two stores of other numbers differ
+    even where their file names are the same."""
     digest = hashlib.sha256()
     if os.path.isdir(path):
         for root, _, files in sorted(os.walk(path)):
             for name in sorted(files):
-                digest.update(os.path.relpath(os.path.join(root, name), path).encode())
+                file = os.path.join(root, name)
+                digest.update(os.path.relpath(file, path).encode() + b"\0")
+                _digest_file(digest, file)
         return {"path": os.path.abspath(path), "files_sha256": digest.hexdigest()}
+    _digest_file(digest, path)
+    return {"path": os.path.abspath(path), "sha256": digest.hexdigest()}
+
+
+def _digest_file(digest, path):
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
-    return {"path": os.path.abspath(path), "sha256": digest.hexdigest()}
+
+
+def same_data(recorded, path):
+    """Whether the data file at `path` is the one `recorded` (a `fingerprint`
+    kept in a model file) describes: the same digest of the same kind. A
+    fingerprint without a digest matches nothing."""
+    now = fingerprint(path)
+    return any(
+        recorded.get(key) is not None and recorded.get(key) == now.get(key)
+        for key in ("sha256", "files_sha256")
+    )
