@@ -111,6 +111,17 @@ def _verbosity(parser):
     )
 
 
+def _positive_int(text):
+    """An argument that counts something: an integer ≥ 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer ≥ 1, got {text!r}")
+    return value
+
+
 def build_parser():
     parser = _Parser(
         prog="kernelref",
@@ -216,7 +227,12 @@ def build_parser():
         help="gamma=, degree= or coef0= of a named kernel",
     )
     p.add_argument("--store", required=True, metavar="DIR")
-    p.add_argument("--chunk-size", type=int, default=1024)
+    p.add_argument(
+        "--chunk-size",
+        type=_positive_int,
+        default=1024,
+        help="rows and columns of the store's square chunks (default 1024)",
+    )
     p.add_argument(
         "--overwrite",
         action="store_true",

@@ -595,15 +595,16 @@ def gram(args):
                 bar.update(done - done_before[0])
                 done_before[0] = done
 
-            store = GramStore.build(
-                args.store,
-                X,
-                kernel,
-                chunk_size=args.chunk_size,
-                client=client,
-                overwrite=args.overwrite,
-                progress=advance,
-            )
+            with _store_fix(args.store):
+                store = GramStore.build(
+                    args.store,
+                    X,
+                    kernel,
+                    chunk_size=args.chunk_size,
+                    client=client,
+                    overwrite=args.overwrite,
+                    progress=advance,
+                )
     finally:
         if client is not None:
             client.close()

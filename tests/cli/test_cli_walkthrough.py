@@ -35,3 +35,34 @@ def test_evaluate_certifies_kkt_on_the_training_zarr_store_only(run, tmp_path):
     report = json.loads(done.stdout)
     assert "kkt_max_violation" not in report
     assert "not the model's training data" in report["kkt"]
+
+
+def test_gram_refuses_a_chunk_size_below_one_by_name(run, tmp_path):
+    """--chunk-size 0 crashed with 'ZeroDivisionError ... (unexpected ...)'."""
+    np.save(tmp_path / "X.npy", X)
+    for given in ("0", "-3", "x"):
+        done = run(
+            "gram", "--data", "X.npy", "--store", "g.zarr", "--chunk-size", given
+        )
+        assert done.returncode == 2, done.stderr
+        assert "argument --chunk-size: expected an integer ≥ 1" in done.stderr
+        assert "unexpected" not in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "g.zarr").exists()
+
+
+@pytest.mark.slow
+def test_gram_names_overwrite_for_a_store_of_another_kernel(run, tmp_path):
+    """gram offers --overwrite, but its refusal of a store built with another
+    kernel named only the Python fixes (shutil.rmtree, overwrite=True)."""
+    pytest.importorskip("distributed")
+    np.save(tmp_path / "X.npy", X)
+    build = ("gram", "--data", "X.npy", "--store", "g.zarr", "--param")
+    assert run(*build, "gamma=0.1").returncode == 0
+    done = run(*build, "gamma=0.2")
+    assert done.returncode == 1
+    assert "add --overwrite to replace the store g.zarr" in done.stderr
+    assert "shutil.rmtree" not in done.stderr
+    done = run(*build, "gamma=0.2", "--overwrite")
+    assert done.returncode == 0, done.stderr
+    done = run("info", "g.zarr")
+    assert '"gamma": 0.2' in done.stdout
