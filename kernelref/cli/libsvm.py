@@ -7,6 +7,9 @@ probabilities (``PlattCalibrated``, five-fold as libsvm). The model file
 written is a kernelref model file, not libsvm's text format.
 """
 
+import contextlib
+import os
+import re
 import sys
 
 import numpy as np
@@ -98,7 +101,9 @@ class _Quiet:
 
 def parse_train(argv):
     """libsvm's argument list: (options, class weights, data file, model file)."""
-    if any(a in ("-h", "--help") for a in argv[:1]) or not argv:
+    if not argv:
+        raise UsageError(f"svm-train: give training_set_file.\n\n{TRAIN_USAGE}")
+    if argv[0] in ("-h", "--help"):
         raise _Help(TRAIN_USAGE)
     options = {meaning: default for meaning, _, default in TRAIN_FLAGS.values()}
     weights, quiet, i = {}, False, 0
@@ -200,12 +205,53 @@ def build_estimator(options, weights):
     return estimator
 
 
+#: the estimators' parameters as libsvm's flags set them, for the messages
+PARAMETER_FLAGS = {
+    "C": "-c",
+    "nu": "-n",
+    "epsilon": "-p",
+    "tol": "-e",
+    "gamma": "-g",
+    "degree": "-d",
+    "coef0": "-r",
+}
+
+
+@contextlib.contextmanager
+def _flag_fix(argv):
+    """An estimator refuses a parameter by its name ('C must be in (0, inf]'):
+    in svm-train it came from a flag, a wrong command line naming the flag."""
+    try:
+        yield
+    except ValueError as error:
+        text = str(error).removeprefix("Polynomial: ").removeprefix("Sigmoid: ")
+        flag = _flag_of(text, argv)
+        if flag is None:
+            raise
+        value = argv[len(argv) - 1 - argv[::-1].index(flag) + 1]  # the last given
+        raise UsageError(f"svm-train: {flag} {value}: {text}") from error
+
+
+def _flag_of(text, argv):
+    """The flag in `argv` that set the parameter a message refuses, or None."""
+    weight = re.match(r"class_weight\[(.+?)\] must ", text)
+    if weight:
+        given = [a for a in argv if a.startswith("-w") and a != "-w"]
+        return next((a for a in given if repr(_label(a[2:])) == weight[1]), None)
+    for name, flag in PARAMETER_FLAGS.items():
+        if text.startswith(f"{name} must ") and flag in argv:
+            return flag
+    return None
+
+
 def svm_train(argv):
     try:
         options, weights, quiet, data_file, model_file = parse_train(argv)
     except _Help as help_text:
         print(help_text)
         return 0
+    _check_file(data_file, "svm-train: training_set_file")
+    _check_writable(model_file)
     estimator = build_estimator(options, weights)
     X, y = (
         _training_data(data_file, estimator)
@@ -213,11 +259,13 @@ def svm_train(argv):
         else _precomputed(data_file)
     )
     y = _class_labels(y) if estimator._estimator_type == "classifier" else y
-    if options["n_fold"]:
-        return _cross_validate(estimator, X, y, options["n_fold"], quiet)
-    estimator.fit(X) if type(estimator).__name__ == "OneClassSVM" else estimator.fit(
-        X, y
-    )
+    with _flag_fix(argv):
+        if options["n_fold"]:
+            return _cross_validate(estimator, X, y, options["n_fold"], quiet)
+        if type(estimator).__name__ == "OneClassSVM":
+            estimator.fit(X)
+        else:
+            estimator.fit(X, y)
     estimator.save(
         model_file,
         provenance={
@@ -228,6 +276,19 @@ def svm_train(argv):
     if not quiet:
         print(f"kernelref: wrote {model_file}", file=sys.stderr)
     return 0
+
+
+def _check_file(path, name):
+    """A data or model file that is not there, refused naming it."""
+    if not os.path.isfile(path):
+        what = "a directory, not a file" if os.path.isdir(path) else "no such file"
+        raise UsageError(f"{name} {path}: {what}; check the path.")
+
+
+def _check_writable(path):
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise UsageError(f"{path}: the directory {directory} does not exist.")
 
 
 def _training_data(path, estimator):
@@ -319,6 +380,8 @@ def svm_predict(argv):
             f"svm-predict: give test_file model_file output_file.\n\n{PREDICT_USAGE}"
         )
     test_file, model_file, output_file = argv[i:]
+    _check_file(test_file, "svm-predict: test_file")
+    _check_writable(output_file)
     model = io.load(model_file)
     # a sparse test file stays sparse for a model that takes sparse X
     X, y = data.read_libsvm_as(

@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+from test_cli import write_libsvm  # tests/cli is on sys.path (rootdir-less dir)
 
 rng = np.random.default_rng(26)
 X = rng.normal(size=(40, 2))
@@ -66,3 +67,50 @@ def test_gram_names_overwrite_for_a_store_of_another_kernel(run, tmp_path):
     assert done.returncode == 0, done.stderr
     done = run("info", "g.zarr")
     assert '"gamma": 0.2' in done.stdout
+
+
+SVM_TRAIN_FLAGS = [
+    # (flags, the flag and value named, the estimator's words kept)
+    (["-c", "-1"], "-c -1", "C must be in (0, inf]"),
+    (["-c", "1", "-c", "-3"], "-c -3", "C must be in (0, inf]"),
+    (["-g", "0"], "-g 0", "gamma must be a finite number > 0"),
+    (["-e", "0"], "-e 0", "tol must be in (0, inf)"),
+    (["-s", "1", "-n", "1.5"], "-n 1.5", "nu must be in (0, 1]"),
+    (["-s", "3", "-p", "-1"], "-p -1", "epsilon must be in [0, inf)"),
+    (["-t", "1", "-d", "0"], "-d 0", "degree must be an integer >= 1"),
+    (["-w-1", "2", "-w+1", "-1"], "-w+1 -1", "class_weight[1] must be in (0, inf)"),
+    (["-v", "3", "-c", "-2"], "-c -2", "C must be in (0, inf]"),
+]
+
+
+def test_svm_train_names_the_flag_of_a_refused_value(run, tmp_path):
+    """A value the estimator refuses was reported by the estimator's parameter
+    name ('C must be ...', exit 1): the user typed -c. Now a wrong command
+    line (exit 2) naming the flag and the value given."""
+    write_libsvm(tmp_path / "train", X, 2 * labels - 1)
+    for flags, named, words in SVM_TRAIN_FLAGS:
+        done = run("svm-train", *flags, "train", "m.krm")
+        assert done.returncode == 2, (flags, done.stderr)
+        assert done.stderr.startswith(f"kernelref: error: svm-train: {named}: ")
+        assert words in done.stderr, (flags, done.stderr)
+    assert not (tmp_path / "m.krm").exists()
+
+
+def test_svm_train_and_predict_check_their_files_first(run, tmp_path):
+    """A missing training or test file gave '[Errno 2] No such file or
+    directory: ...', a missing output directory the same after the whole fit,
+    and svm-train without arguments printed its help and exited 0."""
+    write_libsvm(tmp_path / "train", X, 2 * labels - 1)
+    assert run("svm-train", "-q", "train", "m.krm").returncode == 0
+    cases = [
+        (("svm-train",), "svm-train: give training_set_file"),
+        (("svm-train", "nofile"), "svm-train: training_set_file nofile: no such"),
+        (("svm-train", "train", "no/m.krm"), "no/m.krm: the directory"),
+        (("svm-predict", "nofile", "m.krm", "o.txt"), "test_file nofile: no such"),
+        (("svm-predict", "train", "m.krm", "no/o.txt"), "no/o.txt: the directory"),
+    ]
+    for args, message in cases:
+        done = run(*args)
+        assert done.returncode == 2, (args, done.stderr)
+        assert message in done.stderr, (args, done.stderr)
+        assert "Errno" not in done.stderr
