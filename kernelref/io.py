@@ -130,7 +130,8 @@ def _write_atomically(path, header_bytes, arrays, table):
             position = 0
             for a, entry in zip(arrays, table):
                 write(b"\0" * (entry["offset"] - position))
-                write(memoryview(np.ascontiguousarray(a)).cast("B"))
+                if a.size:  # memoryview cannot cast an empty array (shape with 0)
+                    write(memoryview(np.ascontiguousarray(a)).cast("B"))
                 position = entry["offset"] + a.nbytes
             f.write(digest.digest())
             f.flush()
@@ -422,7 +423,11 @@ def _arrays(header, data, path):
                 f"{path}: array dtype {entry['dtype']!r} is not allowed."
             )
         count = int(np.prod(entry["shape"], dtype=np.int64))
-        a = np.frombuffer(data, dtype=dtype, count=count, offset=entry["offset"])
+        a = (
+            np.frombuffer(data, dtype=dtype, count=count, offset=entry["offset"])
+            if count
+            else np.empty(0, dtype=dtype)
+        )
         arrays.append(a.reshape(entry["shape"]))
     return arrays
 

@@ -338,3 +338,18 @@ def test_state_cannot_replace_methods(saved):
     saved.write_bytes(body + hashlib.sha256(body).digest())
     with pytest.raises(io.ModelFileError, match="'predict' is not an attribute"):
         kernelref.load(saved)
+
+
+@pytest.mark.parametrize(
+    "estimator", [SVC(kernel="precomputed"), NuSVR(kernel="precomputed")]
+)
+def test_a_model_with_an_empty_array_round_trips(estimator, tmp_path):
+    """A precomputed-kernel SVM keeps support_vectors_ of shape (0, 0); saving it
+    failed with 'memoryview: cannot cast view with zeros in shape or strides'."""
+    K = X @ X.T
+    model = estimator.fit(K, y2 if isinstance(estimator, SVC) else X[:, 0])
+    assert model.support_vectors_.size == 0
+    model.save(tmp_path / "model.krm")
+    loaded = kernelref.load(tmp_path / "model.krm")
+    assert loaded.support_vectors_.shape == model.support_vectors_.shape
+    assert np.array_equal(loaded.predict(K), model.predict(K))
