@@ -180,11 +180,15 @@ def _looks_libsvm(path):
     return False
 
 
-def read_libsvm(path, sparse=False):
-    """libsvm's sparse format: ``label index:value ...`` with indices from 1 in
-    increasing order; ``#`` starts a comment (svmlight). X has as many columns
-    as the largest index, as libsvm's ``svm-train`` reads it: dense, or with
-    `sparse` a CSR matrix of the stored entries."""
+def read_libsvm(path, sparse=False, first=1):
+    """libsvm's sparse format: ``label index:value ...`` with indices from
+    `first` (1; 0 for libsvm's precomputed kernels, whose ``0:i`` is the serial
+    number) in increasing order; ``#`` starts a comment (svmlight). Index i is
+    column i − `first`, and X has a column for each index up to the largest, as
+    libsvm's ``svm-train`` reads it: dense, or with `sparse` a CSR matrix of the
+    stored entries."""
+    if not os.path.exists(path):
+        raise DataError(f"{path}: no such data file; check the path.")
     labels, rows, width = [], [], 0
     with open(path, encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
@@ -195,13 +199,14 @@ def read_libsvm(path, sparse=False):
             if not fields:
                 continue
             labels.append(_number(fields[0][1], path, number, 1, "the label"))
-            row, previous = {}, 0
+            row, previous = {}, first - 1
             for column, field in fields[1:]:
                 index, colon, value = field.partition(":")
-                if not colon or not index.isdigit() or int(index) < 1:
+                if not colon or not index.isdigit() or int(index) < first:
                     raise DataError(
                         f"{path}:{number}:{column}: expected index:value with an index "
-                        f"from 1, got {field!r}. libsvm lines read 'label 1:0.5 4:2.0'."
+                        f"from {first}, got {field!r}. libsvm lines read "
+                        f"'label {first}:0.5 4:2.0'."
                     )
                 if int(index) <= previous:
                     raise DataError(
@@ -216,7 +221,7 @@ def read_libsvm(path, sparse=False):
                     column + len(index) + 1,
                     f"the value of feature {index}",
                 )
-            width = max(width, previous)
+            width = max(width, previous + 1 - first)
             rows.append(row)
     if not rows:
         raise DataError(
@@ -225,7 +230,7 @@ def read_libsvm(path, sparse=False):
     from scipy.sparse import csr_matrix
 
     indptr = np.cumsum([0] + [len(row) for row in rows])
-    indices = np.fromiter((i - 1 for row in rows for i in row), dtype=np.int64)
+    indices = np.fromiter((i - first for row in rows for i in row), dtype=np.int64)
     values = np.fromiter((v for row in rows for v in row.values()), dtype=np.float64)
     X = csr_matrix((values, indices, indptr), shape=(len(rows), width))
     return (X if sparse else X.toarray()), np.array(labels)

@@ -171,6 +171,12 @@ def _check_ranges(options):
         raise UsageError("svm-train: -v n needs n >= 2 folds.")
     if options["shrinking"] not in (0, 1) or options["probability"] not in (0, 1):
         raise UsageError("svm-train: -h and -b take 0 or 1.")
+    if options["kernel_type"] == 4 and options["probability"]:
+        raise UsageError(
+            "svm-train: -b 1 with -t 4: probabilities are not offered for a "
+            "precomputed kernel (Platt's cross-validation would need each fold's "
+            "kernel columns); train with -b 0, or give the features with -t 0 to 3."
+        )
 
 
 def build_estimator(options, weights):
@@ -299,9 +305,53 @@ def _training_data(path, estimator):
 
 
 def _precomputed(path):
-    """libsvm's precomputed format: feature 0 is the sample's serial number."""
-    X, y = data.read_libsvm(path)
-    return X[:, 1:], y
+    """libsvm's precomputed training file: line i reads ``label 0:i 1:K(x_i,
+    x_1) ... L:K(x_i, x_L)``, the serial numbers 1 to L in line order (the
+    order in which libsvm's documentation writes them; another order would
+    need the serials kept in the model to predict)."""
+    X, y = data.read_libsvm(path, sparse=True, first=0)
+    K = _kernel_columns(X, X.shape[1] - 1, path)
+    serials = X[:, [0]].toarray().ravel()
+    wrong = np.flatnonzero(serials != np.arange(1, len(y) + 1))
+    if wrong.size:
+        i = int(wrong[0])
+        raise data.DataError(
+            f"{path}: with -t 4 (precomputed kernel) line i of the file begins "
+            f"'label 0:i', its serial number, i = 1, 2, ... in order; data line "
+            f"{i + 1} has 0:{serials[i]:g}. Write the kernel values of x_i as "
+            "'0:i 1:K(x_i,x_1) ... L:K(x_i,x_L)'."
+        )
+    if K.shape[1] != len(y):
+        raise data.DataError(
+            f"{path}: with -t 4 (precomputed kernel) the file is the training "
+            f"kernel matrix: {len(y)} lines of K(x_i, x_1) ... K(x_i, x_{len(y)}); "
+            f"its largest index is {K.shape[1]}, not {len(y)}."
+        )
+    return K, y
+
+
+def _kernel_columns(X, n_train, path):
+    """K(x, x_1) ... K(x, x_L) of a precomputed file read from index 0 (CSR):
+    the columns after the serial number, L = `n_train` of them (a line may end
+    early where the last values are 0, as libsvm writes them). A line without
+    its ``0:`` serial number is refused, as libsvm refuses it: the file is
+    then most likely one of features, not of kernel values."""
+    first = X.indices[X.indptr[:-1]] if X.nnz else np.array([])
+    missing = np.flatnonzero((np.diff(X.indptr) == 0) | (first != 0))
+    if missing.size:
+        raise data.DataError(
+            f"{path}: data line {missing[0] + 1} does not begin with 0:i; with "
+            "-t 4 (precomputed kernel) each line reads 'label 0:i 1:K(x,x_1) ... "
+            f"{n_train}:K(x,x_{n_train})', i the sample's serial number."
+        )
+    K = X[:, 1:].toarray()
+    if K.shape[1] > n_train:
+        raise data.DataError(
+            f"{path}: with -t 4 (precomputed kernel) each line gives K(x, x_j) for "
+            f"the {n_train} training samples x_j, at indices 1 to {n_train}; this "
+            f"file has index {K.shape[1]}."
+        )
+    return np.hstack([K, np.zeros((len(K), n_train - K.shape[1]))])
 
 
 def _class_labels(y):
@@ -331,15 +381,18 @@ def _cross_validate(estimator, X, y, n_fold, quiet):
     from kernelref.base import ParamsMixin
 
     classification = estimator._estimator_type == "classifier"
+    precomputed = getattr(estimator, "kernel", None) == "precomputed"
     fold = folds(y, n_fold, classification)
     predicted = np.empty(len(y), dtype=y.dtype if classification else float)
     args = _Quiet() if quiet else type("A", (), {"quiet": False, "verbose": False})()
     with runtime.progress_bar(args, n_fold, "cross-validation") as bar:
         for k in range(n_fold):
             train, test = fold != k, fold == k
+            # a precomputed X holds K(x, x_j): only the training fold's columns
+            columns = train if precomputed else slice(None)
             model = type(estimator)(**ParamsMixin.get_params(estimator, deep=False))
-            model.fit(X[train], y[train])
-            predicted[test] = model.predict(X[test])
+            model.fit(X[train][:, columns], y[train])
+            predicted[test] = model.predict(X[test][:, columns])
             bar.update(1)
     if classification:
         print(f"Cross Validation Accuracy = {100.0 * np.mean(predicted == y):g}%")
@@ -383,10 +436,7 @@ def svm_predict(argv):
     _check_file(test_file, "svm-predict: test_file")
     _check_writable(output_file)
     model = io.load(model_file)
-    # a sparse test file stays sparse for a model that takes sparse X
-    X, y = data.read_libsvm_as(
-        test_file, takes_sparse(model), getattr(model, "n_features_in_", None)
-    )
+    X, y = _test_data(test_file, model)
     classification = getattr(model, "_estimator_type", None) == "classifier"
     if probability:
         if not hasattr(model, "predict_proba"):
@@ -413,6 +463,17 @@ def svm_predict(argv):
         print(f"Mean squared error = {mse:g} (regression)")
         print(f"Squared correlation coefficient = {r2:g} (regression)")
     return 0
+
+
+def _test_data(path, model):
+    """X and y of svm-predict's test file: a sparse file stays sparse for a
+    model that takes sparse X; for a model of -t 4, the kernel values after the
+    serial number (libsvm's ``label 0:? 1:K(x,x_1) ...``)."""
+    width = getattr(model, "n_features_in_", None)
+    if getattr(model, "kernel", None) == "precomputed":
+        X, y = data.read_libsvm(path, sparse=True, first=0)
+        return _kernel_columns(X, width, path), y
+    return data.read_libsvm_as(path, takes_sparse(model), width)
 
 
 def _write_probabilities(path, classes, predicted, P):

@@ -114,3 +114,53 @@ def test_svm_train_and_predict_check_their_files_first(run, tmp_path):
         assert done.returncode == 2, (args, done.stderr)
         assert message in done.stderr, (args, done.stderr)
         assert "Errno" not in done.stderr
+
+
+def write_precomputed(path, K, y):
+    """libsvm's precomputed format: 'label 0:i 1:K(x,x_1) ... L:K(x,x_L)'."""
+    with open(path, "w") as f:
+        for i, (row, label) in enumerate(zip(K, y), 1):
+            values = " ".join(f"{j}:{float(v)!r}" for j, v in enumerate(row, 1))
+            f.write(f"{label:+d} 0:{i} {values}\n")
+
+
+def rbf(A, B, gamma=0.5):
+    return np.exp(-gamma * ((A[:, None, :] - B[None, :, :]) ** 2).sum(-1))
+
+
+def test_svm_train_reads_libsvms_precomputed_kernel_format(run, tmp_path):
+    """-t 4, offered by svm-train's help, refused every precomputed file at
+    its '0:i' serial number ('expected index:value with an index from 1'), and
+    its model could not be saved (an empty support_vectors_). Now -t 4 on the
+    RBF kernel matrix predicts what -t 2 predicts, and cross-validates alike."""
+    X_test = rng.normal(size=(15, 2))
+    y, y_test = 2 * labels - 1, np.where(X_test[:, 0] > 0, 1, -1)
+    write_libsvm(tmp_path / "train", X, y)
+    write_libsvm(tmp_path / "test", X_test, y_test)
+    write_precomputed(tmp_path / "train.K", rbf(X, X), y)
+    write_precomputed(tmp_path / "test.K", rbf(X_test, X), y_test)
+    for flags, train, test in (
+        (["-t", "2", "-g", "0.5"], "train", "test"),
+        (["-t", "4"], "train.K", "test.K"),
+    ):
+        done = run("svm-train", "-q", *flags, train, f"{train}.krm")
+        assert done.returncode == 0, done.stderr
+        done = run("svm-predict", test, f"{train}.krm", f"{train}.out")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("Accuracy = ")
+    assert (tmp_path / "train.out").read_text() == (
+        tmp_path / "train.K.out"
+    ).read_text()
+    cv = [
+        run("svm-train", "-v", "4", *flags, file).stdout
+        for flags, file in ((["-g", "0.5"], "train"), (["-t", "4"], "train.K"))
+    ]
+    assert cv[0] == cv[1] and cv[0].startswith("Cross Validation Accuracy = ")
+    refused = [
+        (("svm-train", "-t", "4", "train"), "data line 1 does not begin with 0:i"),
+        (("svm-predict", "test", "train.K.krm", "o"), "does not begin with 0:i"),
+        (("svm-train", "-t", "4", "-b", "1", "train.K"), "-b 1 with -t 4"),
+    ]
+    for args, message in refused:
+        done = run(*args)
+        assert done.returncode in (1, 2) and message in done.stderr, done.stderr
