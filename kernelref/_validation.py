@@ -124,7 +124,7 @@ def _check_sparse(X, name, min_samples, accept_sparse):
         row = int(np.searchsorted(A.indptr, np.flatnonzero(bad)[0], side="right") - 1)
         raise ValueError(
             f"{name} contains NaN or infinity (first at row {row}); "
-            "remove or impute those entries before fitting."
+            "remove or impute those entries (no estimator takes missing values)."
         )
     return A
 
@@ -284,7 +284,7 @@ def _check_finite(A, name):
         row = int(np.argwhere(bad)[0][0])
         raise ValueError(
             f"{name} contains NaN or infinity (first at row {row}); "
-            "remove or impute those entries before fitting."
+            "remove or impute those entries (no estimator takes missing values)."
         )
 
 

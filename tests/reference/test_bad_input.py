@@ -351,3 +351,16 @@ def test_ml2_that_cannot_leave_its_start_says_so():
         GaussianProcessRegressor(Fragile(1.0), noise=1e-2).fit(
             grid, np.sin(3 * grid[:, 0])
         )
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_nan_given_to_predict_is_not_called_a_fit(sparse):
+    """The message for NaN in X said 'before fitting' when predicting too."""
+    X = np.random.default_rng(0).normal(size=(20, 2))
+    model = KernelRidge(gamma=0.5).fit(X, X[:, 0])
+    X_new = X[:3].copy()
+    X_new[1, 0] = np.nan
+    with pytest.raises(ValueError, match="at row 1") as error:
+        model.predict(scipy.sparse.csr_matrix(X_new) if sparse else X_new)
+    assert "before fitting" not in str(error.value)
+    assert "remove or impute those entries" in str(error.value)
