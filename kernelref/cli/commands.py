@@ -457,6 +457,7 @@ def _evaluate(args):
     predicted = model.predict(X)
     if kind in ("classifier", "outlier_detector"):
         # an outlier detector's labels are +1 (inlier) and -1 (outlier)
+        _check_labels(args, model, _like(y, predicted))
         report["accuracy"] = float(np.mean(predicted == _like(y, predicted)))
     else:
         residual = np.asarray(predicted, dtype=float) - np.asarray(y, dtype=float)
@@ -487,6 +488,45 @@ def _evaluate(args):
                 else f"{key}: {value}",
             )
     return 0
+
+
+def _check_labels(args, model, y):
+    """Targets a classifier can never predict: all of them is the wrong column
+    or the wrong model (accuracy 0 said nothing of the kind), refused; some of
+    them (a class absent from the training data) counted as errors, with a note.
+    An outlier detector's targets are +1 (inlier) and -1 (outlier)."""
+    target = "the targets" if args.target is None else f"--target {args.target}"
+    given = np.unique(y)
+    if getattr(model, "_estimator_type", None) == "outlier_detector":
+        if not np.all(np.isin(given, (-1, 1))):
+            raise data.DataError(
+                f"{args.data}: {target} holds {_listed(given)}, but "
+                f"{type(model).__name__} predicts +1 (inlier) and -1 (outlier); "
+                "give a column of +1 and -1 (recode your labels so)."
+            )
+        return
+    known = np.asarray(model.classes_)
+    unknown = given[~np.isin(given, known)]
+    if unknown.size == given.size:
+        raise data.DataError(
+            f"{args.data}: {target} holds {_listed(given)}, none of them among "
+            f"the classes of {args.model_file}, {_listed(known)}; give the column "
+            "of those labels (the one the model was fitted on)."
+        )
+    if unknown.size:
+        note(
+            args,
+            f"{target}: {_listed(unknown)} not among the model's classes "
+            f"{_listed(known)}, so never predicted (counted as errors).",
+        )
+
+
+def _listed(values, most=10):
+    """Labels as a short list for a message."""
+    shown = [v.item() if isinstance(v, np.generic) else v for v in values[:most]]
+    return str(shown) + (
+        f" and {len(values) - most} more" if len(values) > most else ""
+    )
 
 
 def _score_weights(w, args):

@@ -6,7 +6,10 @@ import json
 
 import numpy as np
 import pytest
-from test_cli import write_libsvm  # tests/cli is on sys.path (rootdir-less dir)
+from test_cli import (
+    write_csv,
+    write_libsvm,
+)  # tests/cli is on sys.path (rootdir-less dir)
 
 rng = np.random.default_rng(26)
 X = rng.normal(size=(40, 2))
@@ -164,3 +167,30 @@ def test_svm_train_reads_libsvms_precomputed_kernel_format(run, tmp_path):
     for args, message in refused:
         done = run(*args)
         assert done.returncode in (1, 2) and message in done.stderr, done.stderr
+
+
+def test_evaluate_refuses_targets_the_model_never_predicts(run, tmp_path):
+    """A classifier evaluated on another column (here real numbers), or a
+    one-class SVM on 0/1 labels, printed accuracy 0 or 0.18 and exit 0."""
+    values = np.round(X[:, 1] * 7.0, 3)
+    write_csv(tmp_path / "train.csv", X, labels)
+    write_csv(tmp_path / "values.csv", X, values)
+    write_csv(tmp_path / "three.csv", X, np.where(X[:, 1] > 1, 2, labels))
+    np.save(tmp_path / "X.npy", X)
+    fit = ("fit", "SVC", "--data", "train.csv", "--target", "target", "--out")
+    assert run(*fit, "SVC.krm").returncode == 0
+    assert (
+        run("fit", "OneClassSVM", "--data", "X.npy", "--out", "oc.krm").returncode == 0
+    )
+    evaluate = ("evaluate", "--target", "target", "--data")
+    done = run(*evaluate, "values.csv", "SVC.krm")
+    assert done.returncode == 1 and "accuracy" not in done.stdout
+    assert "values.csv: --target target holds [" in done.stderr
+    assert "none of them among the classes of SVC.krm, [0.0, 1.0]" in done.stderr
+    done = run(*evaluate, "train.csv", "oc.krm")
+    assert done.returncode == 1
+    assert "predicts +1 (inlier) and -1 (outlier)" in done.stderr
+    done = run(*evaluate, "three.csv", "SVC.krm", "--json")
+    assert done.returncode == 0, done.stderr
+    assert "[2.0] not among the model's classes [0.0, 1.0]" in done.stderr
+    assert 0 < json.loads(done.stdout)["accuracy"] < 1
