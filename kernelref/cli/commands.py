@@ -96,6 +96,7 @@ def fit(args):
             _store_fix(own.get("store")),
             _resume_note(args, own.get("store") if "resume" in accepted else None),
             _param_fix(models.parse_params(args.param, cls, args.backend)),
+            _data_fix(args),
         ):
             weighted = {} if w is None else {"sample_weight": w}
             estimator.fit(X, **weighted) if y is None else estimator.fit(
@@ -240,6 +241,28 @@ def _param_fix(given):
         raise UsageError(f"--param {named[0]}: {text}") from error
 
 
+@contextlib.contextmanager
+def _data_fix(args):
+    """An estimator refuses its input by the argument's name ('X contains NaN
+    ... at row 3', 'y has 50 rows but X has 60'): on the command line those
+    came from --data (the weights from its --weight column), which the
+    message then names."""
+    try:
+        yield
+    except (ValueError, TypeError) as error:
+        text = str(error)
+        if isinstance(error, UsageError) or not text.startswith(_DATA_NAMES):
+            raise
+        where = f"--data {args.data}"
+        if text.startswith("sample_weight ") and args.weight is not None:
+            where = f"--weight {args.weight} of {args.data}"
+        raise data.DataError(f"{where}: {text}") from error
+
+
+#: how the estimators name what the command line reads from --data
+_DATA_NAMES = ("X ", "y ", "sample_weight ")
+
+
 def _fitted_summary(estimator):
     """Iterations, model size and evidence, where the estimator has them."""
     parts = []
@@ -325,7 +348,7 @@ def _command_line():
 # -- predict ---------------------------------------------------------------------------
 def predict(args):
     """A backend model predicts on the cluster given (or the embedded one)."""
-    with _cluster(args):
+    with _cluster(args), _data_fix(args):
         return _predict(args)
 
 
@@ -434,7 +457,7 @@ def _check_columns(args, model, X):
 
 # -- evaluate --------------------------------------------------------------------------
 def evaluate(args):
-    with _cluster(args):
+    with _cluster(args), _data_fix(args):
         return _evaluate(args)
 
 

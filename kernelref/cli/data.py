@@ -76,13 +76,34 @@ def read_weighted(
     if kind == "csv":
         return read_csv(path, target, header, weight)
     if kind == "npy":
-        return _split(np.load(path, allow_pickle=False), target, path, weight)
-    if kind == "npz":
+        found = _split(np.load(path, allow_pickle=False), target, path, weight)
+    elif kind == "npz":
         arrays = np.load(path, allow_pickle=False)
         if _SPARSE_NPZ <= set(arrays.keys()):
             return _read_sparse_npz(path, target, weight, sparse)
-        return _read_arrays(arrays, target, path, weight)
-    return _read_zarr(path, target, lazy, weight)
+        found = _read_arrays(arrays, target, path, weight)
+    else:
+        found = _read_zarr(path, target, lazy, weight)
+    return _check_shapes(path, *found)
+
+
+def _check_shapes(path, X, y, w):
+    """Arrays of an .npz or Zarr file that cannot be samples, targets and
+    weights, refused naming the file before any work: X not 2-D, or y or w not
+    one per row of X."""
+    if np.ndim(X) != 2:
+        hint = " (X.reshape(-1, 1) for one feature)" if np.ndim(X) == 1 else ""
+        raise DataError(
+            f"{path}: X has shape {tuple(X.shape)}; save it 2-D, samples × "
+            f"features{hint}."
+        )
+    for name, a in (("the targets", y), ("the weights", w)):
+        if a is not None and (np.ndim(a) == 0 or len(a) != X.shape[0]):
+            raise DataError(
+                f"{path}: {name} have shape {tuple(np.shape(a))} but X has "
+                f"{X.shape[0]} rows; save one per row of X."
+            )
+    return X, y, w
 
 
 #: below this fraction of stored entries a libsvm file is read as sparse for a

@@ -194,3 +194,41 @@ def test_evaluate_refuses_targets_the_model_never_predicts(run, tmp_path):
     assert done.returncode == 0, done.stderr
     assert "[2.0] not among the model's classes [0.0, 1.0]" in done.stderr
     assert 0 < json.loads(done.stdout)["accuracy"] < 1
+
+
+def test_bad_arrays_in_a_data_file_are_refused_naming_the_file(run, tmp_path):
+    """An .npz of 1-D X, of too few targets, or with NaN was refused with the
+    estimator's words alone ('X must be 2-D ... Reshape your data with
+    X.reshape(-1, 1)', 'X contains NaN ... before fitting'): no file named."""
+    t = X[:, 0].copy()
+    nan = X.copy()
+    nan[3, 1] = np.nan
+    np.savez(tmp_path / "flat.npz", X=X[:, 0], y=t)
+    np.savez(tmp_path / "short.npz", X=X, y=t[:30])
+    np.savez(tmp_path / "nan.npz", X=nan, y=t)
+    np.savez(tmp_path / "ok.npz", X=X, y=t)
+    cases = [
+        ("fit", "flat.npz", "flat.npz: X has shape (40,); save it 2-D"),
+        ("fit", "short.npz", "short.npz: the targets have shape (30,) but X has 40"),
+        (
+            "fit",
+            "nan.npz",
+            "--data nan.npz: X contains NaN or infinity (first at row 3)",
+        ),
+        ("predict", "nan.npz", "--data nan.npz: X contains NaN or infinity"),
+        ("evaluate", "nan.npz", "--data nan.npz: X contains NaN or infinity"),
+    ]
+    assert (
+        run("fit", "KernelRidge", "--data", "ok.npz", "--out", "m.krm").returncode == 0
+    )
+    for command, file, message in cases:
+        args = {
+            "fit": ("fit", "KernelRidge", "--data", file, "--out", "new.krm"),
+            "predict": ("predict", "m.krm", "--data", file, "--out", "p.csv"),
+            "evaluate": ("evaluate", "m.krm", "--data", file),
+        }[command]
+        done = run(*args)
+        assert done.returncode == 1, (args, done.stderr)
+        assert done.stderr.startswith("kernelref: error: " + message), done.stderr
+        assert "before fitting" not in done.stderr
+    assert not (tmp_path / "new.krm").exists() and not (tmp_path / "p.csv").exists()
