@@ -168,10 +168,10 @@ def build_parser():
     p.add_argument(
         "--overwrite",
         action="store_true",
-        help="replace the backend's store (--store, or MODEL_FILE.store) made for "
-        "other data or another fit, which is refused without it; a store of this "
-        "very fit is resumed. A model file saved with the replaced store no longer "
-        "predicts",
+        help="replace the backend's store (--store, or MODEL_FILE.store) and fit "
+        "afresh. Without it a store of this very fit is resumed, and one made for "
+        "other data or another fit refused. A model file saved with the replaced "
+        "store no longer predicts",
     )
     p.add_argument(
         "--out", required=True, metavar="MODEL_FILE", help="where to save the model"

@@ -390,7 +390,15 @@ def _predict(args):
     elif hasattr(model, "predict"):
         result, names = model.predict(X), ["prediction"]
     else:
-        result, names = model.transform(X), None
+        result = model.transform(X)
+        names = [f"component_{k}" for k in range(1, np.shape(result)[1] + 1)]
+        write_output(args.out, result, names)
+        say(
+            args,
+            f"wrote the projections of {len(result)} samples on "
+            f"{len(names)} components to {args.out}",
+        )
+        return 0
     write_output(args.out, result, names)
     say(args, f"wrote {len(result)} predictions to {args.out}")
     return 0

@@ -232,3 +232,18 @@ def test_bad_arrays_in_a_data_file_are_refused_naming_the_file(run, tmp_path):
         assert done.stderr.startswith("kernelref: error: " + message), done.stderr
         assert "before fitting" not in done.stderr
     assert not (tmp_path / "new.krm").exists() and not (tmp_path / "p.csv").exists()
+
+
+def test_predict_of_kernel_pca_writes_its_components_with_a_header(run, tmp_path):
+    """predict of a KernelPCA said 'wrote 40 predictions' and its .csv had no
+    header row, though --out promises '.csv (with a header)'."""
+    np.save(tmp_path / "X.npy", X)
+    fit = ("fit", "KernelPCA", "--data", "X.npy", "--param", "n_components=2")
+    assert run(*fit, "--out", "kpca.krm").returncode == 0
+    done = run("predict", "kpca.krm", "--data", "X.npy", "--out", "z.csv")
+    assert done.returncode == 0, done.stderr
+    assert (
+        done.stdout == "wrote the projections of 40 samples on 2 components to z.csv\n"
+    )
+    header, *rows = (tmp_path / "z.csv").read_text().splitlines()
+    assert header == "component_1,component_2" and len(rows) == 40
