@@ -58,6 +58,8 @@ def fit(args):
             f"--overwrite: {cls.__module__}.{cls.__name__} keeps no store; drop "
             "--overwrite."
         )
+    if own.get("store") is not None:
+        _check_foreign(own["store"], "--store" if args.store else "the store")
     cluster = plugins.on_cluster(args.backend)
     client = runtime.connect(args) if cluster else _refuse_cluster(args)
     try:
@@ -189,6 +191,25 @@ def _is_store_tree(path):
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         kind = None
     return kind in STORE_FORMATS
+
+
+def _check_foreign(path, option):
+    """A store path that is a file, or a directory of files none of which a
+    store wrote (no zarr.json anywhere in it), is refused before any work: the
+    backend refuses it too, but only once its cluster has started."""
+    path = pathlib.Path(path)
+    if path.is_file():
+        found = "a file"
+    elif path.is_dir() and any(path.iterdir()):
+        if any("zarr.json" in files for _, _, files in os.walk(path)):
+            return
+        found = "a directory of other files"
+    else:
+        return
+    raise UsageError(
+        f"{option} {path}: it is {found}, not a kernelref store; give a new or "
+        "empty directory as --store (a store is never written among other files)."
+    )
 
 
 @contextlib.contextmanager

@@ -247,3 +247,37 @@ def test_predict_of_kernel_pca_writes_its_components_with_a_header(run, tmp_path
     )
     header, *rows = (tmp_path / "z.csv").read_text().splitlines()
     assert header == "component_1,component_2" and len(rows) == 40
+
+
+def test_a_store_path_of_other_files_is_refused_before_the_cluster(run, tmp_path):
+    """--store naming a file, or a directory of the user's files, was refused
+    by the backend once its embedded cluster had started (10 s here), exit 1,
+    and the message did not name --store; now at once, exit 2."""
+    pytest.importorskip("distributed")
+    write_csv(tmp_path / "train.csv", X, labels)
+    (tmp_path / "notes.txt").write_text("mine")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "keep.txt").write_text("mine")
+    (tmp_path / "m.krm.store").write_text("mine")
+    fit = ("fit", "SVC", "--data", "train.csv", "--target", "target")
+    for store, found in (("notes.txt", "a file"), ("mine", "a directory of other")):
+        for overwrite in ((), ("--overwrite",)):
+            done = run(
+                *fit,
+                "--backend",
+                "dask",
+                "--store",
+                store,
+                *overwrite,
+                "--out",
+                "m.krm",
+                "--verbose",
+            )
+            assert done.returncode == 2, done.stderr
+            assert f"--store {store}: it is {found}" in done.stderr
+            assert "Dask cluster" not in done.stderr  # none started
+    done = run(*fit, "--backend", "dask", "--out", "m.krm")
+    assert done.returncode == 2
+    assert "the store m.krm.store: it is a file, not a kernelref store" in done.stderr
+    assert (tmp_path / "mine" / "keep.txt").read_text() == "mine"
+    assert not (tmp_path / "m.krm").exists()
