@@ -352,11 +352,27 @@ class Kernel(ParamsMixin, abc.ABC):
             raise ValueError(
                 f"unknown kernel {spec['class']!r}; kernels are {sorted(registry)}."
             )
+        kernel_class = registry[spec["class"]]
+        valid = kernel_class._param_names()
+        unknown = sorted(set(spec["params"]) - set(valid))
+        if unknown and not _takes_any(kernel_class):
+            raise ValueError(
+                f"{spec['class']} has no parameter {unknown[0]!r}; its parameters "
+                f"are {valid}."
+            )
         params = {
             name: cls.from_spec(value) if isinstance(value, dict) else value
             for name, value in spec["params"].items()
         }
-        return registry[spec["class"]](**params)
+        return kernel_class(**params)
+
+
+def _takes_any(cls):
+    """Whether ``cls.__init__`` takes ``**kwargs`` (any parameter name)."""
+    return any(
+        p.kind is p.VAR_KEYWORD
+        for p in inspect.signature(cls.__init__).parameters.values()
+    )
 
 
 def _kernel_registry():

@@ -281,3 +281,32 @@ def test_a_store_path_of_other_files_is_refused_before_the_cluster(run, tmp_path
     assert "the store m.krm.store: it is a file, not a kernelref store" in done.stderr
     assert (tmp_path / "mine" / "keep.txt").read_text() == "mine"
     assert not (tmp_path / "m.krm").exists()
+
+
+def test_a_kernel_spec_with_a_misspelt_parameter_lists_the_right_ones(run, tmp_path):
+    """A kernel spec's misspelt parameter gave Python's own words: "--param
+    kernel: RBF.__init__() got an unexpected keyword argument 'gama'"."""
+    write_csv(tmp_path / "train.csv", X, X[:, 0])
+    rbf = {"class": "RBF", "params": {"gama": 1}}
+    inner = {
+        "class": "Sum",
+        "params": {"k1": rbf, "k2": {"class": "Linear", "params": {}}},
+    }
+    for spec in (rbf, inner):
+        done = run(
+            "fit",
+            "KernelRidge",
+            "--data",
+            "train.csv",
+            "--target",
+            "target",
+            "--param",
+            f"kernel={json.dumps(spec)}",
+            "--out",
+            "m.krm",
+        )
+        assert done.returncode == 2, done.stderr
+        assert done.stderr == (
+            "kernelref: error: --param kernel: RBF has no parameter 'gama'; its "
+            "parameters are ['gamma', 'gamma_bounds'].\n"
+        )
