@@ -767,13 +767,16 @@ def with_arguments(func, *args):
 class Record:
     """What a fit reports after each outer iteration. ``resumed_from``: the
     iteration of the store's checkpoint this run resumed from, None for a run
-    from its start (``iteration`` counts on from it)."""
+    from its start (``iteration`` counts on from it). ``label``: which of a
+    wrapper's fits this is, as its bar says ("SVC pair 0-2 fold 3/5" of a
+    ``PlattCalibrated``); None for a fit of its own."""
 
     iteration: int
     measure: float
     model_size: int
     elapsed: float
     resumed_from: int | None = None
+    label: str | None = None
 
 
 class Progress:
@@ -786,11 +789,20 @@ class Progress:
     shows them on one bar: it opens one ``Progress`` and gives it to each
     ``run_loop``, which starts a new `run` on it. The bar then counts the
     iterations of all runs and names the current one; the callback's records
-    count each run's iterations from 1, as a run of its own would.
+    count each run's iterations from 1, as a run of its own would. ``label``
+    goes into every record (``Record.label``).
     """
 
-    def __init__(self, progress, description, measure_name="measure", size_name="size"):
+    def __init__(
+        self,
+        progress,
+        description,
+        measure_name="measure",
+        size_name="size",
+        label=None,
+    ):
         check_progress(progress)
+        self.record_label = label
         self.callback = (
             progress if callable(progress) and progress is not True else None
         )
@@ -832,6 +844,7 @@ class Progress:
             int(model_size),
             time.perf_counter() - self.start,
             self.resumed_from,
+            self.record_label,
         )
         self.iteration = record.iteration
         if self.bar is not None:
@@ -866,6 +879,7 @@ def run_loop(
     max_iter=None,
     description="fit",
     name="state",
+    label=None,
 ):
     """Run `fit` to convergence from its last checkpoint (or its start).
 
@@ -881,7 +895,8 @@ def run_loop(
     before it propagates. `name` names the checkpoint. A run that resumes says
     so, quietly: its records' ``resumed_from``, the bar's description and an
     INFO record of the logger ``backends.dask.runtime`` (no warning: resuming
-    is what a store is for).
+    is what a store is for). `label` is the records' ``Record.label`` (a new
+    `Progress` only).
     Returns (state, iterations).
     """
     loaded = store.load_state(name) if resume else None
@@ -896,6 +911,7 @@ def run_loop(
             description,
             getattr(fit, "measure_name", "measure"),
             getattr(fit, "size_name", "size"),
+            label,
         )
     with shown as bar:
         if loaded is None:

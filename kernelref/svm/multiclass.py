@@ -25,7 +25,7 @@ from kernelref.base import (
     restores_on_error,
     takes_sparse,
 )
-from kernelref.svm.platt import clone, fit_store
+from kernelref.svm.platt import clone, fit_store, labelled_fit
 
 __all__ = [
     "OneVsRestClassifier",
@@ -137,13 +137,17 @@ class OneVsRestClassifier(ClassifierMixin, BaseEstimator):
         positives = [1] if len(self.classes_) == 2 else range(len(self.classes_))
         self.estimators_ = []
         for c in positives:
+            target = np.where(y_index == c, 1, -1)
+            if len(positives) == 1:
+                self.estimators_.append(clone(self.estimator).fit(X, target))
+                continue
             # an estimator with a store= directory (a backend's) keeps each
-            # class's fit in store/class-c (platt.fit_store); one machine in store
-            if len(positives) > 1:
-                model = fit_store(self.estimator, f"class-{c}")
-            else:
-                model = clone(self.estimator)
-            self.estimators_.append(model.fit(X, np.where(y_index == c, 1, -1)))
+            # class's fit in store/class-c (platt.fit_store), and its bar says
+            # which class it fits (platt.labelled_fit)
+            model = fit_store(self.estimator, f"class-{c}")
+            self.estimators_.append(
+                labelled_fit(model, f"class {c} vs rest", X, target)
+            )
         return self
 
     def _decisions(self, X):

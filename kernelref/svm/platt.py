@@ -19,7 +19,9 @@ the sigmoids are fitted on cross-validated decision values, so that they see
 scores of points the classifier was not trained on. A wrapped estimator that keeps
 its fit's data and checkpoints in a directory (a ``store`` argument, as a
 backend's estimators do) gives each of its fits a sub-directory of that store
-(``fit_store``), so each fold and each final fit has its own.
+(``fit_store``), so each fold and each final fit has its own; and each fit is
+named while it runs (``labelled_fit``: "pair 0-2 fold 3/5", "pair 0-2 final"),
+so a backend's progress bar says which fit it shows.
 """
 
 import copy
@@ -50,6 +52,7 @@ __all__ = [
     "coupling_matrix",
     "cross_validated_decision",
     "fit_store",
+    "labelled_fit",
     "pairwise_coupling",
     "platt_objective",
     "platt_targets",
@@ -215,18 +218,40 @@ def fit_store(estimator, *where):
     return model
 
 
-def cross_validated_decision(estimator, X, y, n_folds, rng, where=None):
+def labelled_fit(model, label, X, y):
+    """``model.fit(X, y)`` with ``model.fit_label = label`` while it runs.
+
+    A backend's estimator names its progress bar and records by the label, if
+    it has one ("SVC pair 0-2 fold 3/5": ``backends.dask``'s SVMs), so one
+    fit of a calibration is told from another; others ignore it. The label
+    belongs to this fit alone: it is removed afterwards, and is neither a
+    parameter nor saved with the model."""
+    model.fit_label = label
+    try:
+        return model.fit(X, y)
+    finally:
+        vars(model).pop("fit_label", None)
+
+
+def cross_validated_decision(estimator, X, y, n_folds, rng, where=None, label=None):
     """Decision values of each sample from a clone fitted without its fold.
 
     `where` (a sequence of directory names) names the folds' stores
     ``where/fold-k`` within the estimator's ``store`` (``fit_store``); None gives
-    them temporary stores."""
+    them temporary stores. Fold k's fit is labelled ``"<label> fold k+1/n"``
+    (``labelled_fit``; without `label`, ``"fold k+1/n"``)."""
     folds = stratified_folds(y, n_folds, rng)
     f = np.empty(len(y))
     for k in range(n_folds):
         held_out = folds == k
         named = () if where is None else (*where, f"fold-{k}")
-        model = fit_store(estimator, *named).fit(X[~held_out], y[~held_out])
+        which = f"fold {k + 1}/{n_folds}"
+        model = labelled_fit(
+            fit_store(estimator, *named),
+            which if label is None else f"{label} {which}",
+            X[~held_out],
+            y[~held_out],
+        )
         f[held_out] = model.decision_function(X[held_out])
     return f
 
@@ -252,7 +277,9 @@ class PlattCalibrated(ClassifierMixin, BaseEstimator):
     its checkpoints; a fold's store given other data (another ``cv`` or
     ``random_state``) is refused by the estimator, never reused. With
     ``random_state=None`` the folds differ at every fit, so their stores are
-    temporary and only the final fits are kept.
+    temporary and only the final fits are kept. Each fit is labelled while it
+    runs, "pair i-j fold k/cv" (k from 1: the store's ``fold-(k−1)``) or
+    "pair i-j final" (``labelled_fit``), and a backend's bar shows it.
 
     Parameters
     ----------
@@ -329,12 +356,15 @@ class PlattCalibrated(ClassifierMixin, BaseEstimator):
             X_pair, y_pair = X[on_pair], (y_index[on_pair] == j).astype(int)
             pair = f"pair-{i}-{j}"
             kept = None if self.random_state is None else (pair,)
+            label = f"pair {i}-{j}"
             f = cross_validated_decision(
-                self.estimator, X_pair, y_pair, self.cv, rng, kept
+                self.estimator, X_pair, y_pair, self.cv, rng, kept, label
             )
             sigmoids.append(sigmoid_train(f, y_pair)[:2])
             final = fit_store(self.estimator, pair, "final")
-            self.estimators_.append(final.fit(X_pair, y_pair))
+            self.estimators_.append(
+                labelled_fit(final, f"{label} final", X_pair, y_pair)
+            )
         self.sigmoids_ = np.array(sigmoids)
         record_n_features(self, X)
         return self

@@ -9,13 +9,15 @@ import subprocess
 import termios
 
 
-def stderr_on_a_terminal(command, columns=200, timeout=300):
-    """Run `command` with stderr on a pseudo-terminal of 24 rows and `columns`
-    columns (a fresh one has 0 × 0); (stdout, what it wrote on the terminal,
-    its exit status)."""
+def stderr_on_a_terminal(command, columns=200, timeout=300, cwd=None):
+    """Run `command` (in directory `cwd`) with stderr on a pseudo-terminal of 24
+    rows and `columns` columns (a fresh one has 0 × 0); (stdout, what it wrote
+    on the terminal, its exit status)."""
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=follower)
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=follower, cwd=cwd
+    )
     os.close(follower)
     chunks = []
     while True:

@@ -23,6 +23,7 @@ pytest.importorskip("zarr")
 
 import problems  # noqa: E402
 from resilience import Interrupted, StopInRun  # noqa: E402
+from terminal import stderr_on_a_terminal  # noqa: E402
 
 from backends.dask import svm as dask_svm  # noqa: E402
 from backends.dask.runtime import StoreMismatchError  # noqa: E402
@@ -140,6 +141,51 @@ def test_one_vs_rest_keeps_one_store_per_class(client, tmp_path):
     assert sorted(p.name for p in store.iterdir()) == ["class-0", "class-1", "class-2"]
 
 
+# -- which fit a bar shows ----------------------------------------------------------
+def labels(records):
+    """The records' labels, each once, in the order they came."""
+    return list(dict.fromkeys(r.label for r in records))
+
+
+def test_each_fit_of_a_calibration_says_which_it_is(client, tmp_path, monkeypatch):
+    """Every fold's and final fit's bar was labelled "SVC": fold 3 of pair 0-2
+    could not be told from the final fit. Now the records (``Record.label``)
+    and the bar name the fit, on the decomposition's path and on the small
+    QPs' (solved whole), and a one-vs-rest model's fits name their class."""
+    X, y = classification(150)
+    records = []
+    calibrated(backend("SVC", client, progress=records.append)).fit(X, y)
+    assert labels(records) == [
+        "SVC pair 0-1 fold 1/3", "SVC pair 0-1 fold 2/3", "SVC pair 0-1 fold 3/3",
+        "SVC pair 0-1 final",
+    ]  # fmt: skip
+    X3, y3 = classification(120, n_classes=3)
+    records = []
+    small = backend("SVC", client, progress=records.append, partition_size=4000)
+    model = calibrated(small).fit(X3, y3)
+    assert labels(records) == [
+        f"SVC pair {i}-{j} {fit}"
+        for i, j in [(0, 1), (0, 2), (1, 2)]
+        for fit in ["fold 1/3", "fold 2/3", "fold 3/3", "final"]
+    ]
+    # the label belongs to the fit: neither kept by the model nor by the wrapped
+    assert not any(hasattr(m, "fit_label") for m in [small, *model.estimators_])
+    records = []
+    reference.OneVsRestClassifier(small.set_params(progress=records.append)).fit(X3, y3)
+    assert labels(records) == [f"SVC class {c} vs rest" for c in range(3)]
+    # an SVC of its own: the bar as before, records without a label
+    records = []
+    small.set_params(progress=records.append).fit(X3, y3)
+    assert labels(records) == [None]
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    calibrated(backend("SVC", client, progress=None, partition_size=4000)).fit(X, y)
+    monkeypatch.undo()
+    shown = "".join(terminal.text)
+    assert "SVC pair 0-1 fold 2/3: 1 machine solved whole" in shown
+    assert "SVC pair 0-1 final: 1 machine solved whole" in shown
+
+
 # -- the command line ----------------------------------------------------------------
 def kernelref(*args, cwd):
     """The installed console script (this interpreter's), on this environment."""
@@ -174,6 +220,20 @@ def test_the_command_line_calibrates_on_the_cluster(client, tmp_path):
     np.testing.assert_allclose(
         np.load(tmp_path / "p.npy"), ref.predict_proba(X), atol=PROBABILITY_ATOL
     )
+    # the bar on a terminal, and --verbose's records, say which fit they show
+    command = shutil.which("kernelref", path=os.path.dirname(sys.executable))
+    fit = [
+        command, "fit", "PlattCalibrated", "--data", "two.npz", "--param",
+        f"estimator={spec}", "--param", "cv=3", "--param", "random_state=0",
+        "--backend", "dask", "--scheduler", address, "--out", "again.krm",
+    ]  # fmt: skip
+    _, shown, status = stderr_on_a_terminal(fit, columns=120, cwd=tmp_path)
+    assert status == 0, shown
+    for fit_label in ["pair 0-1 fold 1/3", "pair 0-1 fold 3/3", "pair 0-1 final"]:
+        assert f"SVC {fit_label}: 1 machine solved whole" in shown
+    verbose = kernelref(*fit[1:-1], "verbose.krm", "--verbose", cwd=tmp_path).stderr
+    assert "label=SVC pair 0-1 fold 2/3" in verbose
+    assert "label=SVC pair 0-1 final" in verbose
     # --overwrite replaces a directory of fit stores (a calibration's), nothing else
     commands._clear_store(kept)
     assert not kept.exists()

@@ -186,10 +186,14 @@ class _DaskSVM:
                 self.tol,
                 pure=False,
             )
-        name = type(self).__name__
+        name, label = self._progress_names()
         machines = "machine" if len(which) == 1 else "machines"
         with Progress(
-            self.progress, f"{name}: {len(which)} {machines} solved whole", "gap", "SVs"
+            self.progress,
+            f"{name}: {len(which)} {machines} solved whole",
+            "gap",
+            "SVs",
+            label,
         ) as bar:
             if results:
                 self._say_resumed(bar, which, results)
@@ -227,6 +231,15 @@ class _DaskSVM:
                 )
             )
         return out
+
+    def _progress_names(self):
+        """(the bar's name of this fit, the records' ``label``): the class, and
+        the fit a wrapper named in ``fit_label`` ("pair 0-2 fold 3/5", set by
+        ``kernelref.svm.platt`` while it fits a fold), which the label repeats;
+        without one, the class and no label."""
+        name = type(self).__name__
+        fit = getattr(self, "fit_label", None)
+        return (name, None) if fit is None else (f"{name} {fit}",) * 2
 
     @staticmethod
     def _say_resumed(bar, which, results):
@@ -283,16 +296,16 @@ class _DaskSVM:
             start=initial_alpha,
         )
         tick = time.perf_counter()
-        name = type(self).__name__
-        label = f"{name} {p + 1}/{n_machines}" if n_machines > 1 else name
+        name, label = self._progress_names()
         state, n_iter = run_loop(
             loop,
             store,
             progress=self.progress,
             resume=self.resume,
             max_iter=None if self.max_iter < 0 else self.max_iter,
-            description=label,
+            description=f"{name} {p + 1}/{n_machines}" if n_machines > 1 else name,
             name=f"machine-{p}",
+            label=label,
         )
         timings["total"] = time.perf_counter() - tick
         info.update(
