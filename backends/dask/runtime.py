@@ -720,12 +720,26 @@ class RoundArguments:
     named by a ``StoredArgument``: the array enters no graph, and the files are
     durable, so a task lost with a worker is recomputed from them (nothing
     irreplaceable is ``scatter``ed). A context manager: the files are removed
-    when the round is over. ``values`` are the arguments to give the tasks."""
+    when the round is over, and the directory with the last round of this
+    process that uses it (``_leave``). ``values`` are the arguments to give the
+    tasks."""
+
+    #: Rounds of this process open on each directory: one is removed only when
+    #: none is, so a round never writes into a directory another has removed
+    #: (the workers only read it).
+    _open = collections.Counter()
+    _lock = threading.Lock()
 
     def __init__(self, store, args):
         self.directory = pathlib.Path(store.path) / "round-arguments"
         self.paths = []
-        self.values = [self._keep(a) for a in args]
+        with self._lock:
+            self._open[self.directory] += 1
+        try:
+            self.values = [self._keep(a) for a in args]
+        except BaseException:
+            self.__exit__()
+            raise
 
     def _keep(self, a):
         if not isinstance(a, np.ndarray) or a.nbytes <= GRAPH_ARRAY_BYTES:
@@ -749,6 +763,19 @@ class RoundArguments:
         for path in self.paths:
             with contextlib.suppress(OSError):
                 path.unlink()
+        self._leave()
+
+    def _leave(self):
+        """This round is over: the directory goes if no other round of this
+        process has it open. ``rmdir`` removes only an empty directory, so the
+        files of a round cut short by a killed process are left, as are
+        another process's."""
+        with self._lock:
+            self._open[self.directory] -= 1
+            if self._open[self.directory] == 0:
+                del self._open[self.directory]
+                with contextlib.suppress(OSError):
+                    self.directory.rmdir()
 
 
 def with_arguments(func, *args):

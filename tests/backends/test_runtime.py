@@ -215,3 +215,28 @@ def test_progress_refuses_what_it_cannot_use():
     with Progress(False, "fit") as quiet:
         quiet.update(1, 0.5, 3)
         assert quiet.bar is None
+
+
+def test_round_arguments_leave_no_directory_behind(tmp_path, monkeypatch):
+    """A fit store kept an empty ``round-arguments/`` after every fit whose
+    passes had large arguments. The directory now goes with the last round of
+    the process that has it open, never while another round may write into it,
+    and never with files in it that this round did not write."""
+    from backends.dask import runtime
+
+    monkeypatch.setattr(runtime, "GRAPH_ARRAY_BYTES", 1000)
+    store = store_for(tmp_path / "s", np.ones((10, 2)))
+    directory = tmp_path / "s" / "round-arguments"
+    big, small = np.arange(200.0), np.arange(3.0)
+    with runtime.RoundArguments(store, (big, small, "kernel")) as first:
+        stored, kept, text = first.values
+        assert kept is small and text == "kernel"
+        np.testing.assert_array_equal(runtime.with_arguments(np.copy, stored), big)
+        with runtime.RoundArguments(store, (2 * big,)):
+            assert len(list(directory.iterdir())) == 2
+        assert [p.name for p in directory.iterdir()] == [first.paths[0].name]
+    assert not directory.exists()
+    with runtime.RoundArguments(store, (big,)):  # made again by the next round
+        (directory / "left-by-a-killed-fit.npy").write_bytes(b"")
+    assert [p.name for p in directory.iterdir()] == ["left-by-a-killed-fit.npy"]
+    assert not runtime.RoundArguments._open  # nothing counted as open
