@@ -50,7 +50,7 @@ def check_array(X, name="X", *, min_samples=1, accept_sparse=False):
     except (TypeError, ValueError) as exc:
         raise TypeError(
             f"{name} must be numeric array-like of shape (n_samples, n_features); "
-            f"it could not be converted to float64 ({exc})."
+            f"it could not be converted to float64 ({exc}).{_text_columns(X)}"
         ) from None
     if A.ndim != 2:
         hint = (
@@ -65,6 +65,31 @@ def check_array(X, name="X", *, min_samples=1, accept_sparse=False):
     _check_shape(A, name, min_samples)
     _check_finite(A, name)
     return A
+
+
+def _text_columns(X):
+    """For a data frame, which of its columns are not numbers, or else which
+    miss values (pandas' NA; a sentence to append to a message; empty for
+    anything else)."""
+    dtypes = getattr(X, "dtypes", None)
+    if dtypes is None or not hasattr(dtypes, "items"):
+        return ""
+    named = [
+        str(column)
+        for column, dtype in dtypes.items()
+        if getattr(dtype, "kind", "O") not in "biuf"  # pandas' Int64 has kind 'i'
+    ]
+    if not named:
+        missing = [str(c) for c, gap in X.isna().any().items() if gap]
+        return (
+            f" The columns {missing} have missing values: remove or impute them."
+            if missing
+            else ""
+        )
+    return (
+        f" The columns {named} are not numbers: encode them as numbers "
+        "(e.g. one-hot) or drop them."
+    )
 
 
 def _check_shape(A, name, min_samples):

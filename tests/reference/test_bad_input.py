@@ -366,3 +366,29 @@ def test_nan_given_to_predict_is_not_called_a_fit(sparse):
         model.predict(scipy.sparse.csr_matrix(X_new) if sparse else X_new)
     assert "before fitting" not in str(error.value)
     assert "remove or impute those entries" in str(error.value)
+
+
+def test_a_data_frame_with_text_columns_is_refused_naming_them():
+    """A pandas frame with a text column was refused as 'could not convert
+    string to float: 'r'', without saying which column holds it."""
+    pd = pytest.importorskip("pandas")
+    frame = pd.DataFrame(
+        {
+            "a": [0.5, 1.5, 2.0, 3.0],
+            "colour": ["r", "g", "b", "r"],
+            "n": pd.array([1, 2, 3, 4], dtype="Int64"),
+            "kind": pd.Categorical(["x", "y", "x", "y"]),
+        }
+    )
+    with pytest.raises(TypeError, match=r"The columns \['colour', 'kind'\] are not"):
+        SVC().fit(frame, [0, 1, 0, 1])
+    with pytest.raises(TypeError, match=r"The columns \['a'\] have missing values"):
+        SVC().fit(
+            pd.DataFrame(
+                {
+                    "a": pd.array([0.5, None, 2.0, 3.0], dtype="Float64"),
+                    "n": pd.array([1, 2, 3, 4], dtype="Int64"),
+                }
+            ),
+            [0, 1, 0, 1],
+        )
