@@ -48,6 +48,7 @@ __all__ = [
     "StreamedGram",
     "gram_rows_times",
     "kernel_shift",
+    "map_chunks_on",
     "WoodburyPreconditioner",
     "conjugate_gradients",
     "nystrom_factor",
@@ -133,6 +134,17 @@ def tiled_product(kernel, X_rows, x_norms, Y, y_norms, V, out, buffer):
     return out
 
 
+def map_chunks_on(client, func, ref, *args):
+    """``runtime.map_chunks`` on ``client``'s cluster, or, with ``client`` None,
+    the same tasks ``func(ref, i, *args)`` run one after another in this
+    process: the same functions on the same chunks, concatenated in the same
+    order, so the same numbers (a prediction that needs no cluster,
+    ``gp_variance.variance_client``)."""
+    if client is None:
+        return [func(ref, i, *args) for i in range(ref.n_chunks)]
+    return map_chunks(client, func, ref, *args)
+
+
 def gram_rows_times(ref, i, V, kernel, shift):
     """Worker task: rows i of K V = Σ_j k(X_i, X_j) V_j, X read from the store."""
     X_i, x_norms = centred_chunk(ref, i, shift)
@@ -180,7 +192,7 @@ class StreamedGram:
     def __call__(self, V):
         V = np.ascontiguousarray(V, dtype=np.float64)
         V2 = V.reshape(len(V), -1)
-        blocks = map_chunks(
+        blocks = map_chunks_on(
             self.client, gram_rows_times, self.store.x_ref, V2, self.kernel, self.shift
         )
         return np.concatenate(blocks, axis=0).reshape(V.shape)

@@ -26,7 +26,12 @@ The test points are taken ``batch`` at a time (the CG state is about six
 N × b arrays); ``batch=None`` keeps that state near ``BATCH_BYTES``. Each
 batch's solve runs on the shared runtime (``runtime.run_loop``): a Record per
 CG iteration to ``progress``, a checkpoint ``"predict"`` in the fit store
-(keyed by θ, σ², the batch's points and tol), resumed if ``resume``. Each
+(keyed by θ, σ², the batch's points and tol), resumed if ``resume``. The
+products run on a cluster if one is running; without one, a model of at most
+``LOCAL_ROWS`` training rows (a saved model predicting later) runs the same
+tasks in this process (``variance_client``): the same numbers bit for bit
+where this process's BLAS runs one thread, as Dask's workers do (with two,
+4.5e-12 relative at N = 2000, far inside the CG bound above). Each
 batch costs about as many streamed products as the fit's own solve, so the
 exact-to-tolerance variance at large N is expensive; LOVE (Pleiss et al.,
 2018) would trade it for a low-rank Lanczos cache of A⁻¹ and is not
@@ -41,7 +46,7 @@ import scipy.sparse
 
 from backends.dask import cg as _cg
 from backends.dask.blocks import kernel_block
-from backends.dask.runtime import FitStore, map_chunks, run_keyed_loop
+from backends.dask.runtime import FitStore, run_keyed_loop
 from backends.dask.sparse_rows import fingerprint as sparse_fingerprint
 from kernelref._validation import (
     check_integer,
@@ -68,6 +73,16 @@ MAX_BATCH = 256
 #: Seconds between checkpoints of a batch's solve: its state is N × b
 #: arrays, so it is saved less often than the fit's few columns.
 CHECKPOINT_SECONDS = 60.0
+
+#: With no cluster running (no ``address=``, no active client), the variance
+#: of a model of at most this many training rows is solved in this process
+#: (``variance_client``), not on an embedded cluster started for it (5-15 s,
+#: then a round of tasks per CG iteration). Each iteration streams N² kernel
+#: entries, about 60 iterations per batch at tol 1e-6: one core's CPU for a
+#: saved model's predict(return_std), measured here, was 3.0 s for 10 test
+#: points and 18.6 s for 300 at N = 4000, against 19.5 s and 123 s at
+#: N = 8192, where a many-core machine's workers share the products.
+LOCAL_ROWS = 4096
 
 
 @dataclass
@@ -161,7 +176,7 @@ class PredictiveCovariance:
 
     def cross_columns(self, X_star):
         """K* = k(X, X*), one round of tasks."""
-        parts = map_chunks(
+        parts = _cg.map_chunks_on(
             self.client, cross_rows, self.store.x_ref, X_star, self.kernel, self.shift
         )
         return np.concatenate(parts, axis=0)
@@ -213,6 +228,20 @@ class PredictiveCovariance:
         return CovarianceResult(prior - quadratic, bound, lower, [n_iter])
 
 
+def variance_client(est):
+    """Where the variance's block CG runs: the cluster at the estimator's
+    ``address`` or the active client, if there is one; else this process
+    (None: ``cg.map_chunks_on`` runs the same tasks here) when the training
+    set has at most ``LOCAL_ROWS`` rows; else the embedded cluster, whose
+    workers share the N² kernel entries of each product."""
+    from backends.dask.cluster import get_client, running_client
+
+    client = running_client(est.address)
+    if client is not None or est.X_train_.shape[0] <= LOCAL_ROWS:
+        return client
+    return get_client(est.address)
+
+
 def _training_store(est, client):
     """The fit's store (reopened for a model loaded from a file or unpickled),
     or (where it no longer exists) a temporary store of ``X_train_``."""
@@ -261,10 +290,8 @@ def predictive_covariance(est, X, full=False):
     ``BATCH_BYTES``). Returns a ``CovarianceResult`` whose ``error_bound``
     bounds each variance's excess over the exact one. X must be checked.
     """
-    from backends.dask.cluster import get_client
-
     tol, b = resolve_predict_args(est, X.shape[0], full)
-    client = get_client(est.address)
+    client = variance_client(est)
     solver = PredictiveCovariance(
         client,
         _training_store(est, client),

@@ -2,15 +2,19 @@
 its fitted ``fit_info_``: ``backends.dask.gp_variance``."""
 
 import gc
+import os
 import pathlib
 import pickle
+import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 pytest.importorskip("distributed")
 
-from backends.dask import GaussianProcessRegressor, cg  # noqa: E402
+from backends.dask import GaussianProcessRegressor, cg, gp_variance  # noqa: E402
 from backends.dask.gp_variance import predictive_covariance  # noqa: E402
 from kernelref.gp import GaussianProcessRegressor as ReferenceGPR  # noqa: E402
 from kernelref.kernels import RBF  # noqa: E402
@@ -179,3 +183,95 @@ def test_bad_predict_requests_are_refused_before_any_work(client, problem):
     model.set_params(predict_batch=None, predict_tol=-1.0)
     with pytest.raises(ValueError, match="predict_tol"):
         model.predict(X_test, return_std=True)
+
+
+# -- a saved model's variance without a cluster -------------------------------------
+FRESH_PROCESS = """
+import sys
+
+import numpy as np
+
+import kernelref
+
+model = kernelref.load(sys.argv[1])
+X_test = np.load(sys.argv[2])
+mean, std = model.predict(X_test, return_std=True)
+_, cov = model.predict(X_test[:8], return_cov=True)
+np.savez(sys.argv[3], mean=mean, std=std, cov=cov)
+print("distributed imported" if "distributed" in sys.modules else "no cluster")
+"""
+
+
+def fresh(*args, cwd):
+    """Run a command in a new process on this environment (threads as here)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [*map(str, args)], cwd=cwd, capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+@pytest.mark.slow
+def test_a_saved_model_predicts_its_variance_without_a_cluster(
+    client, problem, tmp_path
+):
+    """A saved matrix-free GP's predict(return_std) started the embedded cluster
+    (15-45 s here at N = 300, where the mean takes none): the block CG's
+    products ran on it. With no cluster running and N ≤ ``LOCAL_ROWS`` the same
+    tasks now run in the process: the same numbers, bit for bit, and no
+    ``distributed`` imported, so no cluster or client can have been made."""
+    X, y, X_test, _ = problem
+    model = cg_model(
+        normalize_y=True,
+        predict_batch=16,  # three batches of the 40 points
+        store=tmp_path / "fit.zarr",
+        address=client.scheduler.address,
+    ).fit(X, y)
+    on_cluster = model.predict(X_test, return_std=True)
+    _, cov_on_cluster = model.predict(X_test[:8], return_cov=True)
+    model.set_params(address=None)  # as the command line saves it
+    model.save(tmp_path / "gp.krm")
+    np.save(tmp_path / "X_test.npy", X_test)
+    done = fresh(
+        sys.executable, "-c", FRESH_PROCESS, "gp.krm", "X_test.npy", "here.npz",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.stdout.split() == ["no", "cluster"], done.stderr
+    here = np.load(tmp_path / "here.npz")
+    np.testing.assert_array_equal(here["mean"], on_cluster[0])
+    np.testing.assert_array_equal(here["std"], on_cluster[1])
+    np.testing.assert_array_equal(here["cov"], cov_on_cluster)
+    # the console script, as a practitioner predicts later
+    command = shutil.which("kernelref", path=os.path.dirname(sys.executable))
+    np.savetxt(tmp_path / "test.csv", X_test, delimiter=",")
+    done = fresh(
+        command, "predict", "gp.krm", "--data", "test.csv", "--header", "no",
+        "--std", "--out", "std.npy", "--verbose", cwd=tmp_path,
+    )  # fmt: skip
+    assert "embedded Dask cluster" not in done.stderr
+    np.testing.assert_array_equal(
+        np.load(tmp_path / "std.npy"), np.column_stack(on_cluster)
+    )
+
+
+def test_the_variance_needs_a_cluster_only_beyond_local_rows(problem, monkeypatch):
+    """``variance_client``: the cluster at ``address=`` or the active client if
+    there is one; else this process up to ``LOCAL_ROWS`` training rows; else
+    the embedded cluster (``get_client``)."""
+    from backends.dask import cluster
+
+    X, y, _, _ = problem
+    model = cg_model()
+    model.X_train_, model.address = X, None
+    started = []
+    monkeypatch.setattr(cluster, "running_client", lambda address: None)
+    monkeypatch.setattr(cluster, "get_client", lambda address: started.append(1))
+    monkeypatch.setattr(gp_variance, "LOCAL_ROWS", len(X))
+    assert gp_variance.variance_client(model) is None and not started
+    monkeypatch.setattr(gp_variance, "LOCAL_ROWS", len(X) - 1)
+    gp_variance.variance_client(model)
+    assert started == [1]
+    running = object()
+    monkeypatch.setattr(cluster, "running_client", lambda address: running)
+    assert gp_variance.variance_client(model) is running

@@ -99,7 +99,10 @@ class GaussianProcessRegressor(ClusterFitMixin, ReferenceGaussianProcessRegresso
         variance's solve (None: ``tol``; each variance is then an upper bound
         too large by at most (predict_tol·‖k*‖)²/σ²), and the test points solved
         together (None: as many as keep the CG state near 256 MiB; return_cov
-        solves all test points at once, so at most this many).
+        solves all test points at once, so at most this many). The solve runs
+        on the cluster if one is running, else in this process for at most
+        ``gp_variance.LOCAL_ROWS`` (4096) training rows, else on the embedded
+        cluster (``gp_variance.variance_client``).
 
     Attributes
     ----------
