@@ -611,8 +611,14 @@ def _weighted_scores(predicted, y, s, classification):
 
 
 def _like(y, predicted):
-    """Targets read as floats compared with integer labels, or as given."""
-    if np.asarray(predicted).dtype.kind in "iuf" and np.asarray(y).dtype.kind == "f":
+    """Targets read as floats compared with integer labels, or as given: only
+    whole numbers are cast (0.7 is no label 0)."""
+    y = np.asarray(y)
+    if (
+        np.asarray(predicted).dtype.kind in "iuf"
+        and y.dtype.kind == "f"
+        and np.all(y == np.round(y))
+    ):
         return y.astype(np.asarray(predicted).dtype)
     return y
 

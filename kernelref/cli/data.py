@@ -373,11 +373,17 @@ def _weight_column(weight, j, names, width, path):
 
 
 def _labels(values):
-    """Targets as floats when all are numbers, else as the class names given."""
-    try:
-        return np.array([float(v) for v in values])
-    except ValueError:
-        return np.array(values)
+    """Targets as integers when all are written as integers (class labels 0 and
+    1 come back as 0 and 1, not 0.0 and 1.0), as floats when all are numbers,
+    else as the class names given."""
+    for kind in (int, float):
+        try:
+            labels = np.array([kind(v) for v in values])
+        except ValueError:
+            continue
+        if labels.dtype != object:  # integers beyond int64 are read as floats
+            return labels
+    return np.array(values)
 
 
 def _split(A, target, path, weight=None):

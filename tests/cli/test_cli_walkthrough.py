@@ -186,13 +186,13 @@ def test_evaluate_refuses_targets_the_model_never_predicts(run, tmp_path):
     done = run(*evaluate, "values.csv", "SVC.krm")
     assert done.returncode == 1 and "accuracy" not in done.stdout
     assert "values.csv: --target target holds [" in done.stderr
-    assert "none of them among the classes of SVC.krm, [0.0, 1.0]" in done.stderr
+    assert "none of them among the classes of SVC.krm, [0, 1]" in done.stderr
     done = run(*evaluate, "train.csv", "oc.krm")
     assert done.returncode == 1
     assert "predicts +1 (inlier) and -1 (outlier)" in done.stderr
     done = run(*evaluate, "three.csv", "SVC.krm", "--json")
     assert done.returncode == 0, done.stderr
-    assert "[2.0] not among the model's classes [0.0, 1.0]" in done.stderr
+    assert "[2] not among the model's classes [0, 1]" in done.stderr
     assert 0 < json.loads(done.stdout)["accuracy"] < 1
 
 
@@ -310,3 +310,51 @@ def test_a_kernel_spec_with_a_misspelt_parameter_lists_the_right_ones(run, tmp_p
             "kernelref: error: --param kernel: RBF has no parameter 'gama'; its "
             "parameters are ['gamma', 'gamma_bounds'].\n"
         )
+
+
+def test_integer_class_labels_of_a_csv_file_come_back_as_written(run, tmp_path):
+    """Labels 0 and 1 in a CSV file were read as 0.0 and 1.0: predict wrote
+    '1.0', --proba's header 'p(0.0),p(1.0)'."""
+    write_csv(tmp_path / "train.csv", X, labels)
+    platt = '{"estimator": "SVC", "params": {}}'
+    for model, extra in (
+        ("SVC", ()),
+        ("PlattCalibrated", ("--param", f"estimator={platt}")),
+    ):
+        done = run(
+            "fit",
+            model,
+            "--data",
+            "train.csv",
+            "--target",
+            "target",
+            *extra,
+            "--out",
+            f"{model}.krm",
+        )
+        assert done.returncode == 0, done.stderr
+    done = run(
+        "predict",
+        "SVC.krm",
+        "--data",
+        "train.csv",
+        "--target",
+        "target",
+        "--out",
+        "p.csv",
+    )
+    assert done.returncode == 0, done.stderr
+    header, *rows = (tmp_path / "p.csv").read_text().splitlines()
+    assert header == "prediction" and set(rows) == {"0", "1"}
+    done = run(
+        "predict",
+        "PlattCalibrated.krm",
+        "--data",
+        "train.csv",
+        "--target",
+        "target",
+        "--proba",
+        "--out",
+        "p.csv",
+    )
+    assert (tmp_path / "p.csv").read_text().splitlines()[0] == "p(0),p(1)"
