@@ -8,6 +8,7 @@ file, line, column or argument at fault and the fix.
 import argparse
 import os
 import sys
+import textwrap
 import traceback
 import warnings
 
@@ -41,17 +42,36 @@ EXAMPLES = r"""examples:
   kernelref info svc.krm
   kernelref svm-train -s 0 -t 2 -g 0.5 -c 10 heart_scale heart.krm
   kernelref svm-predict heart_scale.t heart.krm out.txt
-
-Models: the estimators of kernelref and kernelref.svm (SVC, NuSVC, SVR, NuSVR,
-OneClassSVM, KernelRidge, NadarayaWatson, KernelPCA, GaussianProcessRegressor,
-GaussianProcessClassifier, RVR, RVC); with --backend dask, those backends.dask
-also offers. Run `kernelref svm-train -h` for libsvm's options.
 """
+
+
+def _models_text():
+    """The help's list of models, read off the library (every estimator the
+    command line offers, meta-estimators included)."""
+    from kernelref.cli.models import reference_estimators
+
+    text = (
+        "Models: the estimators of kernelref and kernelref.svm, "
+        + ", ".join(sorted(reference_estimators()))
+        + "; with --backend dask, those of them that backends.dask also offers. "
+        "Run `kernelref svm-train -h` for libsvm's options."
+    )
+    return "\n" + textwrap.fill(text, 80, break_on_hyphens=False) + "\n"
+
+
+#: where the help names the models, filled in when the help is shown (reading
+#: them imports kernelref.svm, which a command that needs no SVM does not)
+MODELS = "{models}"
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
         raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+    def format_help(self):
+        if self.epilog and MODELS in self.epilog:
+            self.epilog = self.epilog.replace(MODELS, _models_text())
+        return super().format_help()
 
 
 def _data_options(
@@ -126,7 +146,7 @@ def build_parser():
     parser = _Parser(
         prog="kernelref",
         description=DESCRIPTION,
-        epilog=EXAMPLES,
+        epilog=EXAMPLES + MODELS,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -135,7 +155,7 @@ def build_parser():
         "fit",
         help="fit a model on a data file and save it",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=EXAMPLES,
+        epilog=EXAMPLES + MODELS,
     )
     p.add_argument(
         "model", metavar="MODEL", help="an estimator's name, e.g. SVC or RVR"

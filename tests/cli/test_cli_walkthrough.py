@@ -358,3 +358,18 @@ def test_integer_class_labels_of_a_csv_file_come_back_as_written(run, tmp_path):
         "p.csv",
     )
     assert (tmp_path / "p.csv").read_text().splitlines()[0] == "p(0),p(1)"
+
+
+def test_help_names_every_model_the_command_line_offers(run):
+    """The help listed 12 models by hand; PlattCalibrated (which the README and
+    predict --proba's message send the user to), OneVsRestClassifier,
+    KernelFisherDiscriminant and SoftmaxGaussianProcessClassifier were missing."""
+    from kernelref.cli.models import reference_estimators
+
+    for args in (("--help",), ("fit", "--help")):
+        done = run(*args)
+        assert done.returncode == 0
+        text = " ".join(done.stdout.split())
+        for name in reference_estimators():
+            assert name in text, (args, name)
+        assert max(map(len, done.stdout.splitlines())) <= 88
