@@ -409,7 +409,9 @@ def regression_scores(y, predicted):
     mse = float(np.mean((predicted - y) ** 2))
     sv, sy = predicted.sum(), y.sum()
     svv, syy, svy = (predicted**2).sum(), (y**2).sum(), (predicted * y).sum()
-    r2 = ((n * svy - sv * sy) ** 2) / ((n * svv - sv**2) * (n * syy - sy**2))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # constant targets or predictions: 0/0, nan, as libsvm prints it
+        r2 = ((n * svy - sv * sy) ** 2) / ((n * svv - sv**2) * (n * syy - sy**2))
     return mse, float(r2)
 
 
@@ -436,6 +438,12 @@ def svm_predict(argv):
     _check_file(test_file, "svm-predict: test_file")
     _check_writable(output_file)
     model = io.load(model_file)
+    if not hasattr(model, "predict"):
+        raise UsageError(
+            f"svm-predict: {model_file} holds a {type(model).__name__}, which "
+            "predicts no labels or values (it transforms); `kernelref predict "
+            f"{model_file} --data {test_file} --out FILE` writes its projection."
+        )
     X, y = _test_data(test_file, model)
     classification = getattr(model, "_estimator_type", None) == "classifier"
     if probability:

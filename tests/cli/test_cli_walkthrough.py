@@ -373,3 +373,22 @@ def test_help_names_every_model_the_command_line_offers(run):
         for name in reference_estimators():
             assert name in text, (args, name)
         assert max(map(len, done.stdout.splitlines())) <= 88
+
+
+def test_svm_predict_of_a_transformer_and_of_constant_targets(run, tmp_path):
+    """svm-predict of a KernelPCA model crashed ('AttributeError ...
+    (unexpected ...)'); test values all equal printed two RuntimeWarnings
+    beside libsvm's 'Squared correlation coefficient = nan'."""
+    np.save(tmp_path / "X.npy", X)
+    write_libsvm(tmp_path / "train", X, X[:, 0])
+    write_libsvm(tmp_path / "flat", X, np.ones(len(X)))
+    assert (
+        run("fit", "KernelPCA", "--data", "X.npy", "--out", "kpca.krm").returncode == 0
+    )
+    assert run("svm-train", "-q", "-s", "3", "train", "svr.krm").returncode == 0
+    done = run("svm-predict", "flat", "kpca.krm", "o.txt")
+    assert done.returncode == 2
+    assert "svm-predict: kpca.krm holds a KernelPCA, which predicts no" in done.stderr
+    done = run("svm-predict", "flat", "svr.krm", "o.txt")
+    assert done.returncode == 0 and done.stderr == ""
+    assert "Squared correlation coefficient = nan (regression)" in done.stdout
