@@ -512,6 +512,7 @@ def _evaluate(args):
         _check_labels(args, model, _like(y, predicted))
         report["accuracy"] = float(np.mean(predicted == _like(y, predicted)))
     else:
+        _check_numeric_targets(args, model, y)
         residual = np.asarray(predicted, dtype=float) - np.asarray(y, dtype=float)
         report["rmse"] = float(np.sqrt(np.mean(residual**2)))
         report["r2"] = float(model.score(X, y))
@@ -570,6 +571,18 @@ def _check_labels(args, model, y):
             args,
             f"{target}: {_listed(unknown)} not among the model's classes "
             f"{_listed(known)}, so never predicted (counted as errors).",
+        )
+
+
+def _check_numeric_targets(args, model, y):
+    """A regressor's targets must be numbers: text (class names) is refused
+    naming the column, before any score."""
+    if np.asarray(y).dtype.kind not in "biuf":
+        target = "the targets" if args.target is None else f"--target {args.target}"
+        raise data.DataError(
+            f"{args.data}: {target} holds text ({_listed(np.unique(y))}), but "
+            f"{args.model_file} ({type(model).__name__}) predicts numbers; give "
+            "the column of numbers it was fitted on."
         )
 
 

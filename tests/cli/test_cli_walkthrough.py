@@ -171,7 +171,8 @@ def test_svm_train_reads_libsvms_precomputed_kernel_format(run, tmp_path):
 
 def test_evaluate_refuses_targets_the_model_never_predicts(run, tmp_path):
     """A classifier evaluated on another column (here real numbers), or a
-    one-class SVM on 0/1 labels, printed accuracy 0 or 0.18 and exit 0."""
+    one-class SVM on 0/1 labels, printed accuracy 0 or 0.18 and exit 0; a
+    regressor on class names failed with 'could not convert string to float'."""
     values = np.round(X[:, 1] * 7.0, 3)
     write_csv(tmp_path / "train.csv", X, labels)
     write_csv(tmp_path / "values.csv", X, values)
@@ -190,6 +191,12 @@ def test_evaluate_refuses_targets_the_model_never_predicts(run, tmp_path):
     done = run(*evaluate, "train.csv", "oc.krm")
     assert done.returncode == 1
     assert "predicts +1 (inlier) and -1 (outlier)" in done.stderr
+    write_csv(tmp_path / "names.csv", X, np.array(["cat", "dog"])[labels])
+    fit_svr = ("fit", "SVR", "--data", "values.csv", "--target", "target")
+    assert run(*fit_svr, "--out", "svr.krm").returncode == 0
+    done = run(*evaluate, "names.csv", "svr.krm")
+    assert done.returncode == 1
+    assert "names.csv: --target target holds text (['cat', 'dog'])" in done.stderr
     done = run(*evaluate, "three.csv", "SVC.krm", "--json")
     assert done.returncode == 0, done.stderr
     assert "[2] not among the model's classes [0, 1]" in done.stderr
