@@ -734,6 +734,11 @@ def info(args):
                 f"{path} is a directory (a store?); reading stores needs the "
                 "dask extra: pip install 'kernelref[dask]'."
             ) from None
+        if not os.path.exists(os.path.join(path, "zarr.json")) and _is_store_tree(
+            pathlib.Path(path)
+        ):
+            _describe_store_tree(args, pathlib.Path(path))
+            return 0
         try:
             group = zarr.open_group(store=path, mode="r")
         except Exception as error:  # noqa: BLE001 (zarr raises many kinds)
@@ -747,6 +752,17 @@ def info(args):
         return 0
     say(args, io.describe(path))
     return 0
+
+
+def _describe_store_tree(args, path):
+    """`kernelref info` of a directory of stores (a calibration keeps one per
+    fit: pair-i-j/fold-k, pair-i-j/final): each store's path and format."""
+    stores = sorted(meta.parent for meta in path.rglob("zarr.json"))
+    stores = [s for s in stores if not any(p in stores for p in s.parents)]
+    say(args, f"{path}: a directory of {len(stores)} kernelref stores")
+    for store in stores:
+        attributes = json.loads((store / "zarr.json").read_text())["attributes"]
+        say(args, f"{store.relative_to(path)}: {attributes['format']}")
 
 
 def _describe_store(args, path, group):

@@ -399,3 +399,33 @@ def test_svm_predict_of_a_transformer_and_of_constant_targets(run, tmp_path):
     done = run("svm-predict", "flat", "svr.krm", "o.txt")
     assert done.returncode == 0 and done.stderr == ""
     assert "Squared correlation coefficient = nan (regression)" in done.stdout
+
+
+def test_info_of_a_calibrations_store_lists_its_stores(run, tmp_path):
+    """PlattCalibrated --backend dask keeps one store per fit under its store
+    (pair-i-j/fold-k, pair-i-j/final); `kernelref info` of it said 'is neither
+    a model file nor a Zarr store'. The tree is written as the backend writes
+    each store's zarr.json (a Zarr group whose attributes name the format)."""
+    pytest.importorskip("zarr")
+    for fit in ("pair-0-1/fold-0", "pair-0-1/fold-1", "pair-0-1/final"):
+        (tmp_path / "cal.store" / fit).mkdir(parents=True)
+        meta = {
+            "zarr_format": 3,
+            "node_type": "group",
+            "attributes": {"format": "kernelref.fit_store"},
+        }
+        (tmp_path / "cal.store" / fit / "zarr.json").write_text(json.dumps(meta))
+    done = run("info", "cal.store")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "cal.store: a directory of 3 kernelref stores",
+        "pair-0-1/final: kernelref.fit_store",
+        "pair-0-1/fold-0: kernelref.fit_store",
+        "pair-0-1/fold-1: kernelref.fit_store",
+    ]
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
+    done = run("info", "mine")
+    assert (
+        done.returncode == 2 and "neither a model file nor a Zarr store" in done.stderr
+    )
