@@ -186,6 +186,35 @@ def test_each_fit_of_a_calibration_says_which_it_is(client, tmp_path, monkeypatc
     assert "SVC pair 0-1 final: 1 machine solved whole" in shown
 
 
+def test_a_calibration_is_not_kept_inside_another_fits_store(client, tmp_path):
+    """A calibration given the store of a single fit (an earlier SVC's) put its
+    fits' stores inside it, where replacing that store removed them too. Now it
+    is refused before any work, naming the store, as a single fit into a
+    calibration's directory is; the command line's --overwrite replaces it."""
+    X, y = classification(100)
+    store = tmp_path / "svc"
+    backend("SVC", client, store=store, progress=False, partition_size=4000).fit(X, y)
+    for wrapper in (calibrated, reference.OneVsRestClassifier):
+        svc = backend("SVC", client, store=store, progress=False)
+        svc.set_params(address="tcp://nowhere:1")  # refused before any work
+        with pytest.raises(StoreMismatchError, match="fit store of another fit"):
+            wrapper(svc).fit(*classification(90, n_classes=3))
+    assert not list(store.glob("pair-*")) + list(store.glob("class-*"))
+    np.savez(tmp_path / "two.npz", X=X, y=y)
+    spec = '{"estimator": "SVC", "params": {"gamma": 0.5}}'
+    command = shutil.which("kernelref", path=os.path.dirname(sys.executable))
+    fit = [
+        command, "fit", "PlattCalibrated", "--data", "two.npz", "--param",
+        f"estimator={spec}", "--param", "cv=3", "--backend", "dask", "--scheduler",
+        client.scheduler.address, "--store", "svc", "--out", "p.krm", "-q",
+    ]  # fmt: skip
+    refused = subprocess.run(fit, cwd=tmp_path, capture_output=True, text=True)
+    assert refused.returncode != 0
+    assert "add --overwrite to replace the store svc" in refused.stderr
+    kernelref(*fit[1:], "--overwrite", cwd=tmp_path)
+    assert [p.name for p in store.iterdir()] == ["pair-0-1"]
+
+
 # -- the command line ----------------------------------------------------------------
 def kernelref(*args, cwd):
     """The installed console script (this interpreter's), on this environment."""

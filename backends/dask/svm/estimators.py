@@ -17,6 +17,8 @@ reference's own. Here:
 """
 
 import hashlib
+import json
+import pathlib
 import time
 import warnings
 
@@ -29,8 +31,10 @@ from backends.dask.estimator_args import (
     refuse_precomputed,
 )
 from backends.dask.runtime import (
+    FORMAT,
     FitStore,
     Progress,
+    StoreMismatchError,
     compute,
     gather,
     logger,
@@ -95,6 +99,35 @@ def _qp_digest(qp):
     return digest.hexdigest()
 
 
+def refuse_a_store_inside_a_fit_store(store):
+    """A ``store=`` inside the fit store of another fit is refused before any
+    work (a ``StoreMismatchError`` naming that store).
+
+    ``PlattCalibrated`` and ``OneVsRestClassifier`` keep their fits' stores in
+    sub-directories of the store they are given (``platt.fit_store``); given a
+    single fit's store (an earlier SVC's, as the command line's default
+    ``MODEL_FILE.store`` is when a file name is used again), they nested in it,
+    where removing or replacing that store removes them too. A single fit into
+    a directory of a calibration's stores was refused already (not a fit store).
+    """
+    if store is None:
+        return
+    path = pathlib.Path(store).resolve()
+    for parent in path.parents:
+        try:
+            meta = json.loads((parent / "zarr.json").read_text())
+        except (OSError, ValueError):
+            continue
+        attributes = meta.get("attributes") if isinstance(meta, dict) else None
+        if isinstance(attributes, dict) and attributes.get("format") == FORMAT:
+            raise StoreMismatchError(
+                parent,
+                f"store {str(parent)!r} is the fit store of another fit, and the "
+                f"store {str(path)!r} of this one would be inside it",
+                "FitStore.prepare",
+            )
+
+
 class _DaskSVM:
     """The backend's half of the five machines (a mixin before the reference)."""
 
@@ -113,6 +146,7 @@ class _DaskSVM:
             meaning="QPs on more samples are split into parts of this size.",
         )
         check_backend_args(self, chunk_meaning="It is rows per task.")
+        refuse_a_store_inside_a_fit_store(self.store)
 
     def fit(self, X, y=None, sample_weight=None):
         """Fit as the reference does, each QP solved on the cluster."""
