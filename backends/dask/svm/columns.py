@@ -22,10 +22,13 @@ other columns computed with it (``kernel_columns``):
 - the rest of each inner product is summed by ``np.bincount`` (or scipy's
   product, the same sums in the same order), over the row's stored entries in
   column order;
-- the dense products run on fixed row blocks (``ROW_BLOCK``) and at least two
-  columns (one column would go to a matrix-vector product, whose sums are
-  ordered differently); a test checks that a column computed alone and among
-  others is the same to the last bit.
+- the dense products run on fixed row blocks (``ROW_BLOCK``) and on a number
+  of columns that is a multiple of ``COLUMN_MULTIPLE``, the block's last
+  column repeated to make it up (one column would go to a matrix-vector
+  product, whose sums are ordered differently, and OpenBLAS 0.3.31's Haswell
+  DGEMM sums the last ``width % 8`` columns of a wide product in another order
+  than the rest: 2.2e-16 apart); a test checks that a column computed alone
+  and among others is the same to the last bit.
 """
 
 import collections
@@ -62,6 +65,12 @@ MEMORY_SHARE = 0.25
 ROW_BLOCK = 256
 #: Columns of a kernel block formed at once.
 COLUMN_BLOCK = 1024
+#: Every dense product's number of columns is a multiple of this, so that each
+#: column goes through the same inner kernel of the BLAS: the micro-kernels of
+#: OpenBLAS's DGEMM take 4 or 8 columns at a time and a tail of fewer is summed
+#: differently (measured: a product of 300 columns gave its last 4 other bits
+#: than products of 2 or 304).
+COLUMN_MULTIPLE = 8
 
 
 def elementwise(kernel):
@@ -132,8 +141,7 @@ def kernel_columns(kernel, X, Y, map_=None):
     for c0 in range(0, m, COLUMN_BLOCK):
         cols = np.arange(c0, min(c0 + COLUMN_BLOCK, m))
         width = len(cols)
-        if width == 1:  # two columns, so the dense product stays a matrix product
-            cols = np.repeat(cols, 2)
+        cols = np.append(cols, np.repeat(cols[-1], -width % COLUMN_MULTIPLE))
         Y_F = np.ascontiguousarray(Y.F[cols])
         Y_Rt = Y_R[cols].T.tocsr()
         for r0 in range(0, n, ROW_BLOCK):
