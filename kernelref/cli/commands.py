@@ -38,7 +38,7 @@ def fit(args):
     cls = models.estimator_class(args.model, args.backend)
     _check_weight(cls, args)
     params = models.parse_params(args.param, cls, args.backend)
-    _check_writable(args.out)
+    check_writable(args.out, keep=[("--data", args.data)])
     owner, own = _backend_part(cls, params)
     accepted = owner._param_names()
     if args.store is not None:
@@ -350,10 +350,22 @@ def _refuse_cluster(args):
         )
 
 
-def _check_writable(path):
+def check_writable(path, option="--out", keep=()):
+    """An output path that cannot be written, or that is one of the input files
+    `keep` ((option, path) pairs: the data, the model), refused before any work
+    (the input would be overwritten)."""
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
-        raise UsageError(f"--out {path}: the directory {directory} does not exist.")
+        raise UsageError(f"{option} {path}: the directory {directory} does not exist.")
+    if os.path.isdir(path):
+        raise UsageError(f"{option} {path} is a directory; give a file name.")
+    for given, other in keep:
+        if os.path.exists(path) and os.path.exists(other):
+            if os.path.samefile(path, other):
+                raise UsageError(
+                    f"{option} {path} is the {given} file, which writing would "
+                    "overwrite; give another file name."
+                )
 
 
 def _shape(X):
@@ -384,7 +396,7 @@ def _cluster(args):
 
 
 def _predict(args):
-    _check_writable(args.out)
+    check_writable(args.out, keep=[("--data", args.data), ("model", args.model_file)])
     model = io.load(args.model_file)
     X, _, _ = _read(args, model)
     if args.proba and args.std:

@@ -17,7 +17,7 @@ import numpy as np
 from kernelref import io
 from kernelref.base import takes_sparse
 from kernelref.cli import data, runtime
-from kernelref.cli.commands import write_output
+from kernelref.cli.commands import check_writable, write_output
 from kernelref.cli.models import UsageError
 
 SVM_TYPES = {0: "SVC", 1: "NuSVC", 2: "OneClassSVM", 3: "SVR", 4: "NuSVR"}
@@ -257,7 +257,7 @@ def svm_train(argv):
         print(help_text)
         return 0
     _check_file(data_file, "svm-train: training_set_file")
-    _check_writable(model_file)
+    check_writable(model_file, "svm-train: model_file", [("training", data_file)])
     estimator = build_estimator(options, weights)
     X, y = (
         _training_data(data_file, estimator)
@@ -289,12 +289,6 @@ def _check_file(path, name):
     if not os.path.isfile(path):
         what = "a directory, not a file" if os.path.isdir(path) else "no such file"
         raise UsageError(f"{name} {path}: {what}; check the path.")
-
-
-def _check_writable(path):
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise UsageError(f"{path}: the directory {directory} does not exist.")
 
 
 def _training_data(path, estimator):
@@ -436,7 +430,11 @@ def svm_predict(argv):
         )
     test_file, model_file, output_file = argv[i:]
     _check_file(test_file, "svm-predict: test_file")
-    _check_writable(output_file)
+    check_writable(
+        output_file,
+        "svm-predict: output_file",
+        [("test", test_file), ("model", model_file)],
+    )
     model = io.load(model_file)
     if not hasattr(model, "predict"):
         raise UsageError(

@@ -429,3 +429,31 @@ def test_info_of_a_calibrations_store_lists_its_stores(run, tmp_path):
     assert (
         done.returncode == 2 and "neither a model file nor a Zarr store" in done.stderr
     )
+
+
+def test_an_output_that_is_an_input_or_a_directory_is_refused_first(run, tmp_path):
+    """fit --out train.csv overwrote the training data with the model, predict
+    --out test.csv the data with its predictions (exit 0, both); --out DIR
+    failed after the fit with '[Errno 21] Is a directory: ...part -> DIR'."""
+    write_csv(tmp_path / "train.csv", X, labels)
+    write_libsvm(tmp_path / "train", X, 2 * labels - 1)
+    (tmp_path / "dir").mkdir()
+    original = (tmp_path / "train.csv").read_bytes()
+    fit = ("fit", "SVC", "--data", "train.csv", "--target", "target", "--out")
+    assert run(*fit, "m.krm").returncode == 0
+    predict = ("predict", "m.krm", "--data", "train.csv", "--target", "target", "--out")
+    cases = [
+        ((*fit, "./train.csv"), "--out ./train.csv is the --data file"),
+        ((*fit, "dir"), "--out dir is a directory; give a file name"),
+        ((*predict, "train.csv"), "--out train.csv is the --data file"),
+        ((*predict, "m.krm"), "--out m.krm is the model file"),
+        (("svm-train", "train", "train"), "model_file train is the training file"),
+        (("svm-predict", "train", "m.krm", "m.krm"), "output_file m.krm is the model"),
+        (("svm-predict", "train", "m.krm", "train"), "output_file train is the test"),
+    ]
+    for args, message in cases:
+        done = run(*args)
+        assert done.returncode == 2, (args, done.stderr)
+        assert message in done.stderr, (args, done.stderr)
+    assert (tmp_path / "train.csv").read_bytes() == original
+    assert run("info", "m.krm").returncode == 0
