@@ -193,7 +193,7 @@ def format_of(path):
 
 def _looks_libsvm(path):
     """A first data line like ``+1 3:0.5 7:1`` (or a bare label: no features)."""
-    with open(path, encoding="utf-8", errors="replace") as f:
+    with open(path, encoding="utf-8-sig", errors="replace") as f:
         for line in f:
             fields = line.split("#", 1)[0].split()
             if fields:
@@ -211,7 +211,7 @@ def read_libsvm(path, sparse=False, first=1):
     if not os.path.exists(path):
         raise DataError(f"{path}: no such data file; check the path.")
     labels, rows, width = [], [], 0
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8-sig") as f:
         for number, line in enumerate(f, 1):
             fields = [
                 (m.start() + 1, m.group())
@@ -278,7 +278,7 @@ def read_csv(path, target=None, header="auto", weight=None):
     row; the target column may hold class names. Returns X, y and the weights
     (None without `weight`)."""
     delimiter = "\t" if path.lower().endswith(".tsv") else ","
-    with open(path, newline="", encoding="utf-8") as f:
+    with open(path, newline="", encoding="utf-8-sig") as f:
         rows = [
             (n, row)
             for n, row in enumerate(csv.reader(f, delimiter=delimiter), 1)

@@ -457,3 +457,28 @@ def test_an_output_that_is_an_input_or_a_directory_is_refused_first(run, tmp_pat
         assert message in done.stderr, (args, done.stderr)
     assert (tmp_path / "train.csv").read_bytes() == original
     assert run("info", "m.krm").returncode == 0
+
+
+def test_a_csv_file_saved_by_excel_with_a_byte_order_mark_reads_alike(run, tmp_path):
+    """Excel's 'CSV UTF-8' starts with a byte order mark: the first column's
+    name became '\\ufeffy' (--target y: 'no column named y'), and in a file
+    without a header the first row was taken for one and silently dropped."""
+    rows = "".join(
+        ",".join(map(repr, map(float, row))) + "\n" for row in X[:, [0, 0, 1]]
+    )
+    (tmp_path / "head.csv").write_text("\ufeffy,a,b\n" + rows, encoding="utf-8")
+    (tmp_path / "bare.csv").write_text("\ufeff" + rows, encoding="utf-8")
+    for file, target in (("head.csv", "y"), ("bare.csv", "0")):
+        done = run(
+            "fit",
+            "KernelRidge",
+            "--data",
+            file,
+            "--target",
+            target,
+            "--out",
+            "m.krm",
+            "--verbose",
+        )
+        assert done.returncode == 0, done.stderr
+        assert f"on {file} ({len(X)} samples × 2 features)" in done.stderr
