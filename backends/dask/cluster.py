@@ -229,6 +229,29 @@ def machine_size():
     return n_cores, int(MEMORY_FRACTION * MEMORY_LIMIT / n_cores)
 
 
+#: what to do when the embedded cluster is started from an unguarded script
+GUARD_FIX = (
+    'In a script, put the code that fits under `if __name__ == "__main__":`: '
+    "each worker process imports the script, as in any multiprocessing program "
+    "(notebooks need nothing). Or give address= of a running scheduler, or "
+    "create a distributed.Client first."
+)
+
+
+def _refuse_while_importing_main():
+    """A worker process of the embedded cluster imports the user's script; a
+    fit in the script's unguarded body would start a cluster of its own there,
+    which multiprocessing refuses with a page of text per worker: one line
+    instead, naming the fix."""
+    import multiprocessing
+
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise RuntimeError(
+            "a worker process of the embedded Dask cluster, importing the "
+            f"script, reached a fit. {GUARD_FIX}"
+        )
+
+
 def _embedded_client():
     import distributed
 
@@ -236,14 +259,21 @@ def _embedded_client():
         client = _embedded.get("client")
         if client is not None and client.status == "running":
             return client
+        _refuse_while_importing_main()
         n_workers, memory_limit = machine_size()
-        cluster = distributed.LocalCluster(
-            n_workers=n_workers,
-            threads_per_worker=1,
-            processes=True,
-            memory_limit=memory_limit,
-            dashboard_address=":0",
-        )
+        try:
+            cluster = distributed.LocalCluster(
+                n_workers=n_workers,
+                threads_per_worker=1,
+                processes=True,
+                memory_limit=memory_limit,
+                dashboard_address=":0",
+            )
+        except RuntimeError as error:
+            raise RuntimeError(
+                f"the embedded Dask cluster's worker processes did not start "
+                f"({error}). {GUARD_FIX}"
+            ) from error
         client = distributed.Client(cluster)
         _embedded.update(cluster=cluster, client=client)
         logger.info(
