@@ -388,13 +388,19 @@ def _cross_validate(estimator, X, y, n_fold, quiet):
             model.fit(X[train][:, columns], y[train])
             predicted[test] = model.predict(X[test][:, columns])
             bar.update(1)
-    if classification:
+    if classification or _labels_out(estimator):
         print(f"Cross Validation Accuracy = {100.0 * np.mean(predicted == y):g}%")
     else:
         mse, r2 = regression_scores(y, predicted)
         print(f"Cross Validation Mean squared error = {mse:g}")
         print(f"Cross Validation Squared correlation coefficient = {r2:g}")
     return 0
+
+
+def _labels_out(model):
+    """A one-class SVM predicts labels, +1 and -1: libsvm scores it, as a
+    classifier, by accuracy against the test file's labels."""
+    return getattr(model, "_estimator_type", None) == "outlier_detector"
 
 
 def regression_scores(y, predicted):
@@ -458,13 +464,13 @@ def svm_predict(argv):
         write_output(output_file, predicted)
     if quiet:
         return 0
-    if classification:
+    if classification or _labels_out(model):
         correct = int(np.sum(predicted == _class_labels(y)))
         print(
             f"Accuracy = {100.0 * correct / len(y):g}% ({correct}/{len(y)}) "
             "(classification)"
         )
-    elif type(model).__name__ != "OneClassSVM":
+    else:
         mse, r2 = regression_scores(y, np.asarray(predicted, dtype=float))
         print(f"Mean squared error = {mse:g} (regression)")
         print(f"Squared correlation coefficient = {r2:g} (regression)")

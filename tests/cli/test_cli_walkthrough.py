@@ -482,3 +482,27 @@ def test_a_csv_file_saved_by_excel_with_a_byte_order_mark_reads_alike(run, tmp_p
         )
         assert done.returncode == 0, done.stderr
         assert f"on {file} ({len(X)} samples × 2 features)" in done.stderr
+
+
+def test_svm_predict_scores_a_one_class_svm_by_accuracy_as_libsvm(run, tmp_path):
+    """libsvm's svm-predict and svm-train -v score a one-class SVM (-s 2) by
+    accuracy against the file's labels; kernelref printed nothing, and under
+    -v a mean squared error."""
+    import kernelref
+
+    X_test = rng.normal(size=(30, 2))
+    y, y_test = 2 * labels - 1, np.where(np.abs(X_test[:, 0]) < 1, 1, -1)
+    write_libsvm(tmp_path / "train", X, y)
+    write_libsvm(tmp_path / "test", X_test, y_test)
+    assert (
+        run("svm-train", "-q", "-s", "2", "-n", "0.3", "train", "oc.krm").returncode
+        == 0
+    )
+    done = run("svm-predict", "test", "oc.krm", "o.txt")
+    model = kernelref.load(tmp_path / "oc.krm")
+    expected = int(np.sum(model.predict(X_test) == y_test))
+    assert done.stdout == (
+        f"Accuracy = {100 * expected / 30:g}% ({expected}/30) (classification)\n"
+    )
+    done = run("svm-train", "-s", "2", "-n", "0.3", "-v", "3", "train")
+    assert done.stdout.startswith("Cross Validation Accuracy = "), done.stdout
