@@ -259,7 +259,16 @@ def _param_fix(given):
         named = [name for name in given if text.startswith(f"{name} must ")]
         if not named or isinstance(error, UsageError):
             raise
+        if "kernelref.kernels.Kernel" in text:  # a Kernel object, in Python
+            text += f" {KERNEL_SPEC_HINT}"
         raise UsageError(f"--param {named[0]}: {text}") from error
+
+
+#: how a Kernel object is given on the command line
+KERNEL_SPEC_HINT = (
+    "On the command line a kernel is given as its spec, e.g. --param "
+    '\'kernel={"class": "RBF", "params": {"gamma": 0.5}}\'.'
+)
 
 
 @contextlib.contextmanager

@@ -506,3 +506,25 @@ def test_svm_predict_scores_a_one_class_svm_by_accuracy_as_libsvm(run, tmp_path)
     )
     done = run("svm-train", "-s", "2", "-n", "0.3", "-v", "3", "train")
     assert done.stdout.startswith("Cross Validation Accuracy = "), done.stdout
+
+
+def test_a_kernel_name_where_a_kernel_object_is_needed_shows_the_spec(run, tmp_path):
+    """--param kernel=rbf for a Gaussian process was refused in Python's terms
+    ('kernel must be a kernelref.kernels.Kernel or None'), with nothing on how
+    to give a Kernel on the command line."""
+    np.savez(tmp_path / "train.npz", X=X, y=X[:, 0])
+    done = run(
+        "fit",
+        "GaussianProcessRegressor",
+        "--data",
+        "train.npz",
+        "--param",
+        "kernel=rbf",
+        "--out",
+        "gp.krm",
+    )
+    assert done.returncode == 2
+    assert "--param kernel: kernel must be a kernelref.kernels.Kernel" in done.stderr
+    assert """--param 'kernel={"class": "RBF", "params": {"gamma": 0.5}}'""" in (
+        done.stderr
+    )
