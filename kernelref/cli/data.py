@@ -315,11 +315,27 @@ def read_csv(path, target=None, header="auto", weight=None):
             y.append(row[j].strip())
         if k is not None:
             w.append(row[k].strip())
+    _refuse_row_index(path, names, features, X)
     return (
         X,
         None if j is None else _labels(y),
         None if k is None else _labels(w),
     )
+
+
+def _refuse_row_index(path, names, features, X):
+    """A first column without a name that counts the rows 0, 1, 2, ... is the
+    index pandas' DataFrame.to_csv writes by default: as a feature, the model
+    would learn from the row numbers. Refused, naming the fix."""
+    if not names or names[0] != "" or 0 not in features or len(X) < 2:
+        return
+    if np.array_equal(X[:, features.index(0)], np.arange(len(X))):
+        raise DataError(
+            f"{path}: the first column has no name and counts the rows 0, 1, 2, "
+            "...: the row index pandas writes (DataFrame.to_csv), which would be "
+            "learnt from as a feature. Write the file with to_csv(index=False), "
+            "or give the column a name if it is data."
+        )
 
 
 def _is_header(rows):

@@ -528,3 +528,21 @@ def test_a_kernel_name_where_a_kernel_object_is_needed_shows_the_spec(run, tmp_p
     assert """--param 'kernel={"class": "RBF", "params": {"gamma": 0.5}}'""" in (
         done.stderr
     )
+
+
+def test_pandas_row_index_in_a_csv_file_is_refused(run, tmp_path):
+    """DataFrame.to_csv writes the row index as an unnamed first column; it was
+    read as a feature, and the model learnt from the row numbers."""
+    pd = pytest.importorskip("pandas")
+    frame = pd.DataFrame(X, columns=["a", "b"]).assign(label=labels)
+    frame.to_csv(tmp_path / "indexed.csv")
+    frame.to_csv(tmp_path / "plain.csv", index=False)
+    fit = ("fit", "SVC", "--target", "label", "--out", "m.krm", "--data")
+    done = run(*fit, "indexed.csv")
+    assert done.returncode == 1
+    assert "indexed.csv: the first column has no name and counts the rows" in (
+        done.stderr
+    )
+    assert "to_csv(index=False)" in done.stderr
+    done = run(*fit, "plain.csv", "--verbose")
+    assert done.returncode == 0 and "(40 samples × 2 features)" in done.stderr
