@@ -483,6 +483,57 @@ c = 4 softmax +0.77. Evidence on 44 -> 42 rows, met on 38 -> 39 (time noise). No
 adopted (and it needs a change to ``fast.py``); a prune confined to the re-estimated
 path's first approximation was not measured (no time).
 
+A twelfth pass (2026-11-25, 03:20-04:45 UTC, machine shared, load 2-18; evidence and
+counts from single fits of the 48 rows, compared by the repr of the evidence and a hash
+of the relevance vectors; instructions by cachegrind, which the load does not change:
+the six wine one-vs-rest fits in one process, less the same process without them).
+
+- A batched deletion in the re-estimated path's first approximation (an experiment copy
+  of ``rvc_fast``; ``fast.py`` unchanged: the loop started, ``joint_steps.pruned_model``
+  taken once on its first model, the loop then run as before), against a57eb86.
+  (A) Where the first best action is a deletion (``pruned_model``'s own rule): taken on
+  7 of the 18 wine ovr classes (elsewhere a re-estimation pays more first). Evidence on
+  44 rows as before, but moons s1 c = 0.25 -0.067 and iris s1 c = 4 ovr -0.022 nats on
+  other relevance vectors, and four rows 2e-5 to 6e-4 lower on the same ones. Wine ovr
+  loop iterations 311/406/996/327/360/801 -> 311/366/996/231/322/732, instructions
+  -2.4%, CPU (best of 10, two alternated rounds, load ~10) 0.91-1.28 of before.
+  (B) Wherever two or more deletions pay at the first step, all of them, kept if that
+  beats the best single deletion: taken on all 18 classes, deleting 28-47 of 33-50
+  functions at once, 0.001-0.31 nats above the start against the best single
+  deletion's 0.0005-0.14. Wine ovr loop iterations 219/287/854/231/252/643,
+  instructions -8.1%, CPU 0.79-1.10 of before; but evidence on 43 rows: classif s0
+  c = 0.25 -4.41 nats (-0.14 -> -4.55 against re-estimation; the sixth pass's joint
+  deletion there: -4.02), moons s1 c = 0.25 -0.067, iris s1 c = 4 ovr -0.022, eleven
+  rows 5e-6 to 7e-4 lower on the same vectors; gains on iris s1 c = 4 softmax +0.77,
+  classif s0 c = 1 +0.40, wine s0 c = 4 ovr +0.33, classif s0 c = 4 +0.21. Neither
+  adopted: each lowers rows by more than a tie (and B loses a target), and at -8% of
+  the instructions the wine ovr rows would not reach 0.5 anyway.
+- Bit for bit cuts in the Newton modes (a memo by identity in ``laplace_posterior``:
+  Phi w shared between Psi and the Newton step at the same point and the final
+  whitening; the start ``next_mode`` chooses by Psi not evaluated again): every row's
+  evidence, the default's and re-estimation's, bit for bit the same, but the wine ovr
+  fits' instructions +0.2% (4724 -> 4733 million): at N = 118 and m ~ 5-50 a product
+  costs less than the Python that avoids it. Of those instructions BLAS (dgemm, dgemv)
+  are 6.5%, exp and log1p 2.2%, the rest numpy's dispatch and the interpreter. Not
+  adopted. The same count for re-estimation's six fits: 8495 million, 1.8x the
+  default's, though its CPU time is 1.27x (0.78-1.74 by row, best of 20, load ~14):
+  its work is dense products that BLAS runs fast, the default's the overhead of many
+  small calls.
+- Adopted (5a36b87): the swap pass's mode through ``guarded_mode``. Of the 15 swaps
+  taken on the 48 rows, 6 had modes 32-63 nats below the kept fit's (iris s0 c = 1
+  softmax; wine s0 c = 1 ovr, s0 c = 4 ovr twice, s1 c = 0.25 softmax and ovr); the
+  path from there ended after one approximation and the fit was kept. Cut back, the
+  pass returns the fit: every row's evidence and vectors bit for bit, one approximation
+  fewer per collapse (wine s0 c = 4 ovr 143 -> 141), the wine ovr fits' instructions
+  -0.8%.
+- A whole run of 269c23f (with 5a36b87; load 4-16, wall times): met on 40 of 48 (time
+  on 43, evidence on 44), median ratio 0.21, worst gap -2.70 nats; wine ovr 0.41, 1.01,
+  0.77, 0.85, 1.06, 1.15 (s0 c = 0.25, 1, 4, s1 c = 0.25, 1, 4). Not met: time on five
+  wine ovr rows; evidence on cancer s1 c = 0.25 (-1.15) and c = 1 (-2.70), wine s0
+  c = 0.25 softmax (-0.54), wine s1 c = 0.25 ovr (-0.77). By instructions the default
+  already does less work than re-estimation there; what is left is per-call overhead
+  spread over the loop (``kernelref.rvm.fast``) and the modes, no one item near 2x.
+
 sklearn-rvm (``pip install sklearn-rvm``, the ``bench`` extra) is a benchmark-only
 peer; where it does not import, the benchmark says so and compares with
 re-estimation alone. Its EM reports no Laplace evidence, so only its time, vector
