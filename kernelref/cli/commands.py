@@ -334,11 +334,17 @@ def _check_weight(cls, args):
 
 
 def _columns(args):
-    """The target and weight columns, for the model file's provenance (the
-    weights themselves are not kept: the fitted model is all the file holds)."""
+    """The target and weight columns, and the feature columns' names of a CSV
+    file with a header, for the model file's provenance (the weights
+    themselves are not kept: the fitted model is all the file holds)."""
+    names = data.feature_names(args.data, args.target, args.weight, args.header)
     return {
         name: value
-        for name, value in (("target", args.target), ("weight", args.weight))
+        for name, value in (
+            ("target", args.target),
+            ("weight", args.weight),
+            ("features", names),
+        )
         if value is not None
     }
 
@@ -482,7 +488,26 @@ def _read(args, model):
         width=getattr(model, "n_features_in_", None),
     )
     _check_columns(args, model, X)
+    _check_feature_names(args)
     return X, y, w
+
+
+def _check_feature_names(args):
+    """A CSV file whose header names other feature columns, or the same in
+    another order, than the model's training file: refused (the model would
+    read each column as the one in its place), naming both lists."""
+    fitted = io.read_header(args.model_file).get("provenance", {}).get("features")
+    given = data.feature_names(args.data, args.target, args.weight, args.header)
+    if fitted is None or given is None or given == fitted:
+        return
+    if sorted(given) == sorted(fitted):
+        fix = "put the columns in the model's order"
+    else:
+        fix = "give the columns the model was fitted on (and --target/--weight)"
+    raise data.DataError(
+        f"{args.data}: its feature columns are {_listed(given)}, but "
+        f"{args.model_file} was fitted on {_listed(fitted)}, in that order; {fix}."
+    )
 
 
 def _check_columns(args, model, X):

@@ -323,6 +323,31 @@ def read_csv(path, target=None, header="auto", weight=None):
     )
 
 
+def feature_names(path, target=None, weight=None, header="auto"):
+    """The names of a CSV file's feature columns (its header without the target
+    and weight columns), or None: no header, or not a CSV file. Reads the
+    first two rows only."""
+    if not os.path.isfile(path) or format_of(path) != "csv":
+        return None
+    delimiter = "\t" if path.lower().endswith(".tsv") else ","
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        rows = []
+        for n, row in enumerate(csv.reader(f, delimiter=delimiter), 1):
+            if row and any(cell.strip() for cell in row):
+                rows.append((n, row))
+            if len(rows) == 2:
+                break
+    if not rows or not (header == "yes" or (header == "auto" and _is_header(rows))):
+        return None
+    names = [cell.strip() for cell in rows[0][1]]
+    dropped = {
+        _target_column(column, names, len(names), path)
+        for column in (target, weight)
+        if column is not None
+    }
+    return [name for c, name in enumerate(names) if c not in dropped]
+
+
 def _refuse_row_index(path, names, features, X):
     """A first column without a name that counts the rows 0, 1, 2, ... is the
     index pandas' DataFrame.to_csv writes by default: as a feature, the model

@@ -546,3 +546,34 @@ def test_pandas_row_index_in_a_csv_file_is_refused(run, tmp_path):
     assert "to_csv(index=False)" in done.stderr
     done = run(*fit, "plain.csv", "--verbose")
     assert done.returncode == 0 and "(40 samples × 2 features)" in done.stderr
+
+
+def test_a_csv_file_with_the_columns_in_another_order_is_refused(run, tmp_path):
+    """A test file whose header has the model's columns in another order (or
+    other columns) was predicted from silently, each column read as the one in
+    its place. The model file now records the feature names of a CSV header."""
+    t = X[:, 0] - 2 * X[:, 1]
+    write_csv(tmp_path / "train.csv", X, t)  # x0, x1, target
+    swapped = (tmp_path / "train.csv").read_text().splitlines()
+    swapped = [",".join([b, a, c]) for a, b, c in (r.split(",") for r in swapped)]
+    (tmp_path / "swapped.csv").write_text("\n".join(swapped) + "\n")
+    fit = ("fit", "KernelRidge", "--data", "train.csv", "--target", "target")
+    assert run(*fit, "--out", "m.krm").returncode == 0
+    assert 'provenance.features: ["x0", "x1"]' in run("info", "m.krm").stdout
+    for command in (("predict", "--out", "p.csv"), ("evaluate",)):
+        done = run(
+            command[0],
+            "m.krm",
+            "--data",
+            "swapped.csv",
+            "--target",
+            "target",
+            *command[1:],
+        )
+        assert done.returncode == 1, done.stderr
+        assert (
+            "swapped.csv: its feature columns are ['x1', 'x0'], but m.krm was "
+            "fitted on ['x0', 'x1'], in that order" in done.stderr
+        )
+    done = run("evaluate", "m.krm", "--data", "train.csv", "--target", "target")
+    assert done.returncode == 0, done.stderr
