@@ -286,6 +286,7 @@ def read_csv(path, target=None, header="auto", weight=None):
         ]
     if not rows:
         raise DataError(f"{path}: the file has no rows.")
+    _refuse_other_separator(path, rows, delimiter)
     names = None
     if header == "yes" or (header == "auto" and _is_header(rows)):
         names = [cell.strip() for cell in rows[0][1]]
@@ -346,6 +347,23 @@ def feature_names(path, target=None, weight=None, header="auto"):
         if column is not None
     }
     return [name for c, name in enumerate(names) if c not in dropped]
+
+
+def _refuse_other_separator(path, rows, delimiter):
+    """A file of one column whose first line holds ';' (or a tab, or ',' in a
+    .tsv) separates its columns by another character (Excel's CSV in many
+    locales uses ';' and a decimal comma): refused naming the separators read."""
+    if len(rows[0][1]) != 1:
+        return
+    for other in ";\t,|":
+        if other != delimiter and other in rows[0][1][0]:
+            shown = "a tab" if other == "\t" else repr(other)
+            raise DataError(
+                f"{path}: line {rows[0][0]} has one column and holds {shown}: the "
+                f"file separates its columns by {shown}. kernelref reads ',' in "
+                ".csv files and tabs in .tsv files, with '.' as the decimal point; "
+                "save the file so" + (" (or name it .tsv)." if other == "\t" else ".")
+            )
 
 
 def _refuse_row_index(path, names, features, X):

@@ -577,3 +577,19 @@ def test_a_csv_file_with_the_columns_in_another_order_is_refused(run, tmp_path):
         )
     done = run("evaluate", "m.krm", "--data", "train.csv", "--target", "target")
     assert done.returncode == 0, done.stderr
+
+
+def test_a_csv_file_separated_by_semicolons_is_refused_naming_it(run, tmp_path):
+    """Excel in many locales writes ';' between columns and ',' as the decimal
+    point: the whole line was one column, and the user read 'no column named
+    label (the columns are ['a;b;label'])' or 'column 1 ... is not a number'."""
+    (tmp_path / "semi.csv").write_text("a;b;label\n1,5;2;0\n2,5;1;1\n0,5;3;0\n")
+    (tmp_path / "tabs.csv").write_text("a\tb\tlabel\n1.5\t2\t0\n2.5\t1\t1\n")
+    for file, shown in (("semi.csv", "';'"), ("tabs.csv", "a tab")):
+        for target in ("label", "0"):
+            done = run(
+                "fit", "SVC", "--data", file, "--target", target, "--out", "m.krm"
+            )
+            assert done.returncode == 1
+            assert f"{file}: line 1 has one column and holds {shown}" in done.stderr
+    assert "(or name it .tsv)" in done.stderr
