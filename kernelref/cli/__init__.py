@@ -32,7 +32,7 @@ EXAMPLES = r"""examples:
       --out svc.krm
   kernelref fit KernelRidge --data train.csv --target y --weight w --param lam=0.1 \
       --out ridge.krm
-  kernelref predict svc.krm --data test.csv --out predictions.csv
+  kernelref predict svc.krm --data test.csv --target label --out predictions.csv
   kernelref evaluate svc.krm --data test.csv --target label
   kernelref fit KernelRidge --data big.zarr --backend dask --scheduler tcp://host:8786 \
       --store /shared/gram.zarr --param lam=0.1 --out ridge.krm

@@ -479,6 +479,7 @@ def _text(value):
 def _read(args, model):
     """X, y, w of --data as `model` takes them: sparse files kept sparse when it
     takes scipy.sparse X, libsvm files padded to its number of features."""
+    _check_dropped_columns(args, model)
     X, y, w = data.read_weighted(
         args.data,
         args.target,
@@ -490,6 +491,29 @@ def _read(args, model):
     _check_columns(args, model, X)
     _check_feature_names(args)
     return X, y, w
+
+
+def _check_dropped_columns(args, model):
+    """A CSV header that still has the model's target or weight column by name
+    where this command keeps it as a feature: refused naming the option that
+    drops it, before reading (a column of class names would otherwise be
+    refused as 'not a number')."""
+    provenance = io.read_header(args.model_file).get("provenance", {})
+    names = data.feature_names(args.data, header=args.header) or []
+    kept = [
+        option
+        for option in ("target", "weight")
+        if getattr(args, option) is None and provenance.get(option) in names
+    ]
+    if kept:
+        what = " and ".join(f"{o} ({provenance[o]!r})" for o in kept)
+        fix = " ".join(f"--{o} {provenance[o]}" for o in kept)
+        n = getattr(model, "n_features_in_", None)
+        fitted = "" if n is None else f", fitted on {n} features without it,"
+        raise UsageError(
+            f"{args.data} keeps as features the columns that {args.model_file}"
+            f"{fitted} took as {what}: give {fix} here too, to drop them."
+        )
 
 
 def _check_feature_names(args):

@@ -593,3 +593,33 @@ def test_a_csv_file_separated_by_semicolons_is_refused_naming_it(run, tmp_path):
             assert done.returncode == 1
             assert f"{file}: line 1 has one column and holds {shown}" in done.stderr
     assert "(or name it .tsv)" in done.stderr
+
+
+def test_readme_predict_example_with_the_target_column_left_in(run, tmp_path):
+    """README's 'kernelref predict svc.krm --data test.csv --out ...' on the
+    test.csv its evaluate example reads (with the label column) failed with
+    'test.csv:2:4: column 4 ('label') 'neg' is not a number'. Now the model's
+    target and weight columns, named in a CSV header, are refused naming the
+    options that drop them, before reading."""
+    names = np.array(["neg", "pos"])[labels]
+    write_csv(tmp_path / "train.csv", X, names, weights=np.ones(len(X)))
+    fit = ("fit", "SVC", "--data", "train.csv", "--target", "target")
+    assert run(*fit, "--weight", "weight", "--out", "svc.krm").returncode == 0
+    done = run("predict", "svc.krm", "--data", "train.csv", "--out", "p.csv")
+    assert done.returncode == 2
+    assert "give --target target --weight weight here too" in done.stderr
+    done = run("evaluate", "svc.krm", "--data", "train.csv", "--target", "target")
+    assert done.returncode == 2 and "give --weight weight here too" in done.stderr
+    done = run(
+        "predict",
+        "svc.krm",
+        "--data",
+        "train.csv",
+        "--target",
+        "target",
+        "--weight",
+        "weight",
+        "--out",
+        "p.csv",
+    )
+    assert done.returncode == 0, done.stderr
