@@ -96,7 +96,9 @@ def fit(args):
         with (
             runtime.progress_bar(args, steps, f"fit {cls.__name__}") as bar,
             _store_fix(own.get("store")),
-            _resume_note(args, own.get("store") if "resume" in accepted else None),
+            _resume_note(
+                args, own.get("store") if "resume" in accepted else None, estimator
+            ),
             _param_fix(models.parse_params(args.param, cls, args.backend)),
             _data_fix(args),
         ):
@@ -234,12 +236,24 @@ def _store_fix(store):
 
 
 @contextlib.contextmanager
-def _resume_note(args, store):
-    """An interrupted fit that checkpoints into `store` says how to go on."""
+def _resume_note(args, store, estimator=None):
+    """An interrupted fit that checkpoints into `store` says how to go on. A
+    calibration whose folds are drawn at random (``cv`` with random_state=None)
+    draws other folds when run again, so its folds' checkpoints are not reused:
+    it says so, and how to make it resumable."""
     try:
         yield
     except KeyboardInterrupt:
-        if store is not None:
+        if store is None:
+            pass
+        elif hasattr(estimator, "cv") and estimator.random_state is None:
+            note(
+                args,
+                "the folds of this calibration are drawn afresh at each run "
+                "(random_state=None), so the same command fits them anew; give "
+                "--param random_state=0 (any integer) to make it resumable.",
+            )
+        else:
             note(
                 args,
                 f"the fit's last checkpoint is in {store}: run the same command "
