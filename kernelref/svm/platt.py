@@ -233,14 +233,29 @@ def labelled_fit(model, label, X, y):
         vars(model).pop("fit_label", None)
 
 
+def is_precomputed(estimator):
+    """Does `estimator` take kernel values k(x, x_train) as X (libsvm's ``-t 4``)?"""
+    return getattr(estimator, "kernel", None) == "precomputed"
+
+
+def kernel_rows(X, rows, columns, precomputed):
+    """Rows of X for a fit on the samples `columns`: with a precomputed kernel,
+    X[rows, columns] (a model's X holds one column per training sample); else
+    X[rows]."""
+    return X[rows][:, columns] if precomputed else X[rows]
+
+
 def cross_validated_decision(estimator, X, y, n_folds, rng, where=None, label=None):
     """Decision values of each sample from a clone fitted without its fold.
 
     `where` (a sequence of directory names) names the folds' stores
     ``where/fold-k`` within the estimator's ``store`` (``fit_store``); None gives
     them temporary stores. Fold k's fit is labelled ``"<label> fold k+1/n"``
-    (``labelled_fit``; without `label`, ``"fold k+1/n"``)."""
+    (``labelled_fit``; without `label`, ``"fold k+1/n"``). With a precomputed
+    kernel X is the kernel matrix of the samples, and a fold's fit sees only the
+    columns of its training samples (``kernel_rows``)."""
     folds = stratified_folds(y, n_folds, rng)
+    precomputed = is_precomputed(estimator)
     f = np.empty(len(y))
     for k in range(n_folds):
         held_out = folds == k
@@ -249,10 +264,12 @@ def cross_validated_decision(estimator, X, y, n_folds, rng, where=None, label=No
         model = labelled_fit(
             fit_store(estimator, *named),
             which if label is None else f"{label} {which}",
-            X[~held_out],
+            kernel_rows(X, ~held_out, ~held_out, precomputed),
             y[~held_out],
         )
-        f[held_out] = model.decision_function(X[held_out])
+        f[held_out] = model.decision_function(
+            kernel_rows(X, held_out, ~held_out, precomputed)
+        )
     return f
 
 
@@ -333,6 +350,11 @@ class PlattCalibrated(ClassifierMixin, BaseEstimator):
                 f"{self.random_state!r}."
             )
         X = check_wrapped_samples(self, X)
+        if is_precomputed(self.estimator) and (X.ndim != 2 or X.shape[0] != X.shape[1]):
+            raise ValueError(
+                f"X has shape {X.shape}, but the estimator's kernel is 'precomputed': "
+                "give the square matrix k(x_i, x_j) of the training samples."
+            )
         classes, y_index = check_classification_targets(y, X.shape[0], "y")
         counts = np.bincount(y_index)
         if counts.min() < self.cv:
@@ -349,11 +371,14 @@ class PlattCalibrated(ClassifierMixin, BaseEstimator):
     @restores_on_error
     def fit(self, X, y):
         X, self.classes_, y_index = self._validate(X, y)
+        precomputed = is_precomputed(self.estimator)
         rng = np.random.default_rng(self.random_state)
-        self.estimators_, sigmoids = [], []
+        self.estimators_, sigmoids, columns = [], [], []
         for i, j in self._pairs():
             on_pair = (y_index == i) | (y_index == j)
-            X_pair, y_pair = X[on_pair], (y_index[on_pair] == j).astype(int)
+            X_pair = kernel_rows(X, on_pair, on_pair, precomputed)
+            y_pair = (y_index[on_pair] == j).astype(int)
+            columns.append(on_pair)
             pair = f"pair-{i}-{j}"
             kept = None if self.random_state is None else (pair,)
             label = f"pair {i}-{j}"
@@ -366,6 +391,8 @@ class PlattCalibrated(ClassifierMixin, BaseEstimator):
                 labelled_fit(final, f"{label} final", X_pair, y_pair)
             )
         self.sigmoids_ = np.array(sigmoids)
+        # a precomputed kernel: pair p's model takes the columns pair_columns_[p]
+        self.pair_columns_ = np.array(columns) if precomputed else None
         record_n_features(self, X)
         return self
 
@@ -391,8 +418,14 @@ class PlattCalibrated(ClassifierMixin, BaseEstimator):
         X = check_wrapped_samples(self, X)
         if X.ndim == 2:
             check_n_features(X, self.n_features_in_)
+        columns = getattr(self, "pair_columns_", None)
         f = np.column_stack(
-            [np.ravel(m.decision_function(X)) for m in self.estimators_]
+            [
+                np.ravel(
+                    m.decision_function(X if columns is None else X[:, columns[p]])
+                )
+                for p, m in enumerate(self.estimators_)
+            ]
         )
         return f[:, 0] if len(self.classes_) == 2 else f
 

@@ -292,3 +292,30 @@ def test_wraps_kernelref_svc_in_a_multiclass_problem():
     np.testing.assert_allclose(
         ours.predict_proba(X), theirs.predict_proba(X), atol=1e-4
     )
+
+
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_precomputed_kernel_gives_the_probabilities_of_its_kernel(n_classes, tmp_path):
+    """SVC(kernel="precomputed") on K = k(X, X): each pair and fold fits on the
+    columns of its own training samples, so the probabilities are those of
+    SVC(kernel=k) on X; they survive a model file."""
+    from kernelref.io import load
+    from kernelref.kernels import RBF
+    from kernelref.svm.estimators import SVC
+
+    X, y = make_blobs(90, centers=n_classes, cluster_std=2.0, random_state=5)
+    X_test = np.random.default_rng(6).normal(size=(20, 2)) * 4
+    k = RBF(0.3)
+    on_X = PlattCalibrated(SVC(gamma=0.3, tol=1e-8), cv=3, random_state=0).fit(X, y)
+    on_K = PlattCalibrated(SVC(kernel="precomputed", tol=1e-8), cv=3, random_state=0)
+    on_K.fit(k(X, X), y)
+    K_test = k(X_test, X)
+    np.testing.assert_allclose(
+        on_K.predict_proba(K_test), on_X.predict_proba(X_test), atol=1e-8
+    )
+    on_K.save(tmp_path / "m.krm")
+    np.testing.assert_array_equal(
+        load(tmp_path / "m.krm").predict_proba(K_test), on_K.predict_proba(K_test)
+    )
+    with pytest.raises(ValueError, match="kernel is 'precomputed': give the square"):
+        on_K.fit(X, y)
