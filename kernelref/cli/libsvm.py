@@ -171,12 +171,6 @@ def _check_ranges(options):
         raise UsageError("svm-train: -v n needs n >= 2 folds.")
     if options["shrinking"] not in (0, 1) or options["probability"] not in (0, 1):
         raise UsageError("svm-train: -h and -b take 0 or 1.")
-    if options["kernel_type"] == 4 and options["probability"]:
-        raise UsageError(
-            "svm-train: -b 1 with -t 4: probabilities are not offered for a "
-            "precomputed kernel (Platt's cross-validation would need each fold's "
-            "kernel columns); train with -b 0, or give the features with -t 0 to 3."
-        )
 
 
 def build_estimator(options, weights):
@@ -482,7 +476,8 @@ def _test_data(path, model):
     model that takes sparse X; for a model of -t 4, the kernel values after the
     serial number (libsvm's ``label 0:? 1:K(x,x_1) ...``)."""
     width = getattr(model, "n_features_in_", None)
-    if getattr(model, "kernel", None) == "precomputed":
+    # a -b 1 model (PlattCalibrated) is precomputed when the SVM it wraps is
+    if getattr(getattr(model, "estimator", model), "kernel", None) == "precomputed":
         X, y = data.read_libsvm(path, sparse=True, first=0)
         return _kernel_columns(X, width, path), y
     return data.read_libsvm_as(path, takes_sparse(model), width)

@@ -135,7 +135,9 @@ def test_svm_train_reads_libsvms_precomputed_kernel_format(run, tmp_path):
     """-t 4, offered by svm-train's help, refused every precomputed file at
     its '0:i' serial number ('expected index:value with an index from 1'), and
     its model could not be saved (an empty support_vectors_). Now -t 4 on the
-    RBF kernel matrix predicts what -t 2 predicts, and cross-validates alike."""
+    RBF kernel matrix predicts what -t 2 predicts, and cross-validates alike;
+    with -b 1 (refused before: Platt's folds cut rows, not columns) it gives the
+    same probabilities."""
     X_test = rng.normal(size=(15, 2))
     y, y_test = 2 * labels - 1, np.where(X_test[:, 0] > 0, 1, -1)
     write_libsvm(tmp_path / "train", X, y)
@@ -159,10 +161,23 @@ def test_svm_train_reads_libsvms_precomputed_kernel_format(run, tmp_path):
         for flags, file in ((["-g", "0.5"], "train"), (["-t", "4"], "train.K"))
     ]
     assert cv[0] == cv[1] and cv[0].startswith("Cross Validation Accuracy = ")
+    # -b 1: Platt's folds fit on their own kernel columns, so the probabilities
+    # are those of the RBF fit on the features (printed to 6 digits)
+    for flags, train, test in (
+        (["-t", "2", "-g", "0.5"], "train", "test"),
+        (["-t", "4"], "train.K", "test.K"),
+    ):
+        done = run("svm-train", "-q", "-b", "1", *flags, train, f"{train}.b.krm")
+        assert done.returncode == 0, done.stderr
+        done = run("svm-predict", "-b", "1", test, f"{train}.b.krm", f"{train}.p")
+        assert done.returncode == 0, done.stderr
+    probabilities = [
+        np.loadtxt(tmp_path / name, skiprows=1) for name in ("train.p", "train.K.p")
+    ]
+    np.testing.assert_allclose(*probabilities, atol=2e-6)
     refused = [
         (("svm-train", "-t", "4", "train"), "data line 1 does not begin with 0:i"),
         (("svm-predict", "test", "train.K.krm", "o"), "does not begin with 0:i"),
-        (("svm-train", "-t", "4", "-b", "1", "train.K"), "-b 1 with -t 4"),
     ]
     for args, message in refused:
         done = run(*args)
