@@ -14,9 +14,13 @@ this module instead of ``client.gather``/``as_completed``/``.compute()``:
 While waiting they look at the workers every ``PAUSE_POLL_SECONDS``; a worker
 paused, idle and holding the round's tasks for ``PAUSE_GRACE_SECONDS`` fails
 the round with ``WorkerPausedError``, which names the worker, its memory, its
-limit and the fix. ``backends.dask.runtime`` re-exports the three and the error.
+limit and the fix. A round whose task killed every worker that ran it fails
+with distributed's ``KilledWorker``, its message extended by the usual cause
+and the fix (``workers_killed``). ``backends.dask.runtime`` re-exports the
+three and ``WorkerPausedError``.
 """
 
+import functools
 import time
 
 __all__ = [
@@ -67,9 +71,46 @@ def gather(client, futures, *, grace=None, inputs=()):
     try:
         watch.wait(futures, "ALL_COMPLETED", inputs)
         return client.gather(futures)
-    except BaseException:
+    except BaseException as error:
         client.cancel(futures)
+        killed = workers_killed(error)
+        if killed is not None:
+            raise killed from error
         raise
+
+
+def workers_killed(error):
+    """For distributed's ``KilledWorker`` (every worker that ran a task died),
+    the same error with the usual cause and the fix in its message (a subclass,
+    so code that catches ``KilledWorker`` still does); None for any other."""
+    from distributed import KilledWorker
+
+    if not isinstance(error, KilledWorker) or hasattr(error, "original"):
+        return None
+    return _explained_killed_worker()(*error.args)
+
+
+@functools.cache
+def _explained_killed_worker():
+    # made on first use: importing this module must not import distributed
+    # (a saved model predicting in the process never does)
+    from distributed import KilledWorker
+
+    class WorkersKilledError(KilledWorker):
+        @property
+        def original(self):
+            return super().__str__()
+
+        def __str__(self):
+            return (
+                f"{self.original} Most often a worker ran out of memory: its log "
+                "then says 'exceeded 95% memory budget'. Give each worker more "
+                "memory (memory_limit=, or dask worker --memory-limit), or make "
+                "the tasks smaller: a smaller chunk_size (its tasks hold blocks of "
+                "the kernel matrix with chunk_size rows)."
+            )
+
+    return WorkersKilledError
 
 
 def compute(collection):

@@ -340,7 +340,9 @@ def _run(argv):
     except Exception as error:  # noqa: BLE001 (the last resort: a message, not a trace)
         if "--verbose" in argv:
             traceback.print_exc()
-        if type(error).__name__ == "KilledWorker":  # distributed's, not imported
+        # distributed's KilledWorker (or the backends' explained subclass of it),
+        # told by name: kernelref imports no backend
+        if any(c.__name__ == "KilledWorker" for c in type(error).__mro__):
             print(f"kernelref: error: {killed_workers(error)}", file=sys.stderr)
             return 1
         print(
@@ -354,6 +356,7 @@ def _run(argv):
 def killed_workers(error):
     """What a KilledWorker means for the user, and the fix: the workers that ran
     a task all died, on a cluster most often for want of memory."""
+    error = getattr(error, "original", error)  # distributed's words alone
     return (
         f"the cluster's workers died running a task ({error}) Most often a worker "
         "ran out of memory: its log then says 'exceeded 95% memory budget'. Give "
