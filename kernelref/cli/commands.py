@@ -493,7 +493,8 @@ def _text(value):
 def _read(args, model):
     """X, y, w of --data as `model` takes them: sparse files kept sparse when it
     takes scipy.sparse X, libsvm files padded to its number of features."""
-    _check_dropped_columns(args, model)
+    provenance = io.read_header(args.model_file).get("provenance", {})
+    _check_dropped_columns(args, model, provenance)
     X, y, w = data.read_weighted(
         args.data,
         args.target,
@@ -502,17 +503,16 @@ def _read(args, model):
         sparse=takes_sparse(model),
         width=getattr(model, "n_features_in_", None),
     )
-    _check_columns(args, model, X)
-    _check_feature_names(args)
+    _check_columns(args, model, X, provenance)
+    _check_feature_names(args, provenance)
     return X, y, w
 
 
-def _check_dropped_columns(args, model):
+def _check_dropped_columns(args, model, provenance):
     """A CSV header that still has the model's target or weight column by name
     where this command keeps it as a feature: refused naming the option that
     drops it, before reading (a column of class names would otherwise be
-    refused as 'not a number')."""
-    provenance = io.read_header(args.model_file).get("provenance", {})
+    refused as 'not a number'). `provenance`: the model file's."""
     names = data.feature_names(args.data, header=args.header) or []
     kept = [
         option
@@ -530,11 +530,11 @@ def _check_dropped_columns(args, model):
         )
 
 
-def _check_feature_names(args):
+def _check_feature_names(args, provenance):
     """A CSV file whose header names other feature columns, or the same in
     another order, than the model's training file: refused (the model would
     read each column as the one in its place), naming both lists."""
-    fitted = io.read_header(args.model_file).get("provenance", {}).get("features")
+    fitted = provenance.get("features")
     given = data.feature_names(args.data, args.target, args.weight, args.header)
     if fitted is None or given is None or given == fitted:
         return
@@ -548,13 +548,12 @@ def _check_feature_names(args):
     )
 
 
-def _check_columns(args, model, X):
+def _check_columns(args, model, X, provenance):
     """Columns the model was fitted without (its --target or --weight) but that
     this command keeps as features: refused naming the option that drops them."""
     expected = getattr(model, "n_features_in_", None)
     if expected is None or np.ndim(X) != 2 or X.shape[1] <= expected:
         return
-    provenance = io.read_header(args.model_file).get("provenance", {})
     missing = [
         f"--{option} {provenance[option]}"
         for option in ("target", "weight")
@@ -632,7 +631,7 @@ def _check_labels(args, model, y):
     or the wrong model (accuracy 0 said nothing of the kind), refused; some of
     them (a class absent from the training data) counted as errors, with a note.
     An outlier detector's targets are +1 (inlier) and -1 (outlier)."""
-    target = "the targets" if args.target is None else f"--target {args.target}"
+    target = _target_name(args)
     given = np.unique(y)
     if getattr(model, "_estimator_type", None) == "outlier_detector":
         if not np.all(np.isin(given, (-1, 1))):
@@ -662,12 +661,17 @@ def _check_numeric_targets(args, model, y):
     """A regressor's targets must be numbers: text (class names) is refused
     naming the column, before any score."""
     if np.asarray(y).dtype.kind not in "biuf":
-        target = "the targets" if args.target is None else f"--target {args.target}"
+        target = _target_name(args)
         raise data.DataError(
             f"{args.data}: {target} holds text ({_listed(np.unique(y))}), but "
             f"{args.model_file} ({type(model).__name__}) predicts numbers; give "
             "the column of numbers it was fitted on."
         )
+
+
+def _target_name(args):
+    """The targets as a message names them: by their --target column, if given."""
+    return "the targets" if args.target is None else f"--target {args.target}"
 
 
 def _listed(values, most=10):
